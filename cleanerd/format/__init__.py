@@ -1,0 +1,1 @@
+"""Kafka record format v2: batches, records, codecs, control records, numba kernels."""

@@ -1,0 +1,415 @@
+"""numba kernels over raw segment bytes: batch walk, record index, 128-bit key hash.
+
+Python never touches individual records on a hot path: these kernels take a ``uint8`` numpy view
+of a buffer (usually an mmapped segment) and return int64 matrices, one row per batch or per record,
+with the column numbers below. All of them release the GIL (``nogil=True``) so worker threads run
+in parallel, and are cached on disk (``cache=True``; see ``cleanerd._jitcache``).
+
+The key hash is MurmurHash3 x64 128 (seed 0), computed on the key bytes in place: 128 bits make a
+collision between two live keys (which would drop a record) vanishingly unlikely, and murmur3 is
+simple enough to run inside the kernels; ``mmh3.hash128(key, 0, True)`` gives the same value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+Arr = npt.NDArray[Any]
+
+# --- batch matrix columns (walk_batches) ---------------------------------------------------------
+B_POS = 0  # byte position of the batch in the buffer
+B_SIZE = 1  # total size in bytes (12 + batchLength)
+B_BASE_OFFSET = 2
+B_LAST_OFFSET = 3
+B_LEADER_EPOCH = 4
+B_MAGIC = 5
+B_CRC = 6  # stored CRC32C, unsigned
+B_ATTRIBUTES = 7
+B_BASE_TIMESTAMP = 8
+B_MAX_TIMESTAMP = 9
+B_PRODUCER_ID = 10
+B_PRODUCER_EPOCH = 11
+B_BASE_SEQUENCE = 12
+B_COUNT = 13
+BATCH_COLUMNS = 14
+
+# --- record matrix columns (index_records) -------------------------------------------------------
+R_POS = 0  # position of the record (its length varint) in the payload buffer
+R_SIZE = 1  # bytes of the record including its length varint
+R_OFFSET = 2
+R_TIMESTAMP = 3
+R_KEY_POS = 4
+R_KEY_LEN = 5  # -1 for a null key
+R_VALUE_POS = 6
+R_VALUE_LEN = 7  # -1 for a null value (tombstone)
+R_HEADERS_POS = 8  # position of the first header (after the header-count varint)
+R_HEADER_COUNT = 9
+R_BATCH = 10  # row of the batch this record belongs to
+RECORD_COLUMNS = 11
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12
+MAGIC_V2 = 2
+
+# walk_batches stop codes
+WALK_OK = 0
+WALK_PARTIAL_HEADER = 1  # fewer than 61 bytes left for a batch header
+WALK_PAST_END = 2  # batch length field points beyond the buffer
+WALK_TOO_SMALL = 3  # batch length smaller than a v2 header
+WALK_BAD_MAGIC = 4
+
+# index_records error codes
+REC_OK = 0
+REC_VARINT_TOO_LONG = 1
+REC_OUT_OF_BOUNDS = 2
+REC_LENGTH_MISMATCH = 3  # fields do not end where the record's length says
+REC_COUNT_MISMATCH = 4  # fewer records than the header's count, or bytes left over
+REC_BAD_LENGTH = 5  # a negative length other than -1, or a null header key
+REC_BAD_OFFSET = 6  # record offset outside its batch's range or not increasing (checked in numpy)
+
+
+@njit(inline="always", cache=True)
+def _i16(buf: Arr, p: int) -> Any:
+    v = (np.int64(buf[p]) << 8) | np.int64(buf[p + 1])
+    return v - 65536 if v >= 32768 else v
+
+
+@njit(inline="always", cache=True)
+def _i32(buf: Arr, p: int) -> Any:
+    v = (
+        (np.int64(buf[p]) << 24)
+        | (np.int64(buf[p + 1]) << 16)
+        | (np.int64(buf[p + 2]) << 8)
+        | np.int64(buf[p + 3])
+    )
+    return v - 4294967296 if v >= 2147483648 else v
+
+
+@njit(inline="always", cache=True)
+def _u32(buf: Arr, p: int) -> Any:
+    return (
+        (np.int64(buf[p]) << 24)
+        | (np.int64(buf[p + 1]) << 16)
+        | (np.int64(buf[p + 2]) << 8)
+        | np.int64(buf[p + 3])
+    )
+
+
+@njit(inline="always", cache=True)
+def _i64(buf: Arr, p: int) -> Any:
+    hi = np.uint64(_u32(buf, p))
+    lo = np.uint64(_u32(buf, p + 4))
+    return np.int64((hi << np.uint64(32)) | lo)
+
+
+@njit(nogil=True, cache=True)
+def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
+    """Walk v2 batches in ``buf[start:end]`` by their length fields.
+
+    Returns ``(batches, stop_position, stop_code)``: one row per complete batch (columns ``B_*``)
+    and where and why the walk stopped (``WALK_OK`` when it reached ``end`` exactly). CRCs are not
+    checked here (see ``reader.check_crcs``).
+    """
+    # pass 1: count, so the matrix is allocated once at its exact size
+    n = 0
+    p = start
+    code = WALK_OK
+    while p < end:
+        if end - p < HEADER_SIZE:
+            code = WALK_PARTIAL_HEADER
+            break
+        length = _i32(buf, p + 8)
+        if length < HEADER_SIZE - LOG_OVERHEAD:
+            code = WALK_TOO_SMALL
+            break
+        if buf[p + 16] != MAGIC_V2:
+            code = WALK_BAD_MAGIC
+            break
+        if p + LOG_OVERHEAD + length > end:
+            code = WALK_PAST_END
+            break
+        n += 1
+        p += LOG_OVERHEAD + length
+    out = np.empty((n, BATCH_COLUMNS), dtype=np.int64)
+    q = start
+    for i in range(n):
+        length = _i32(buf, q + 8)
+        base = _i64(buf, q)
+        out[i, B_POS] = q
+        out[i, B_SIZE] = LOG_OVERHEAD + length
+        out[i, B_BASE_OFFSET] = base
+        out[i, B_LAST_OFFSET] = base + _i32(buf, q + 23)
+        out[i, B_LEADER_EPOCH] = _i32(buf, q + 12)
+        out[i, B_MAGIC] = buf[q + 16]
+        out[i, B_CRC] = _u32(buf, q + 17)
+        out[i, B_ATTRIBUTES] = _i16(buf, q + 21)
+        out[i, B_BASE_TIMESTAMP] = _i64(buf, q + 27)
+        out[i, B_MAX_TIMESTAMP] = _i64(buf, q + 35)
+        out[i, B_PRODUCER_ID] = _i64(buf, q + 43)
+        out[i, B_PRODUCER_EPOCH] = _i16(buf, q + 51)
+        out[i, B_BASE_SEQUENCE] = _i32(buf, q + 53)
+        out[i, B_COUNT] = _i32(buf, q + 57)
+        q += LOG_OVERHEAD + length
+    return out, p, code
+
+
+@njit(inline="always", cache=True)
+def _varint(buf: Arr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
+    """Zig-zag varint at ``p``: (value, next position, error code)."""
+    raw = np.uint64(0)
+    shift = np.uint64(0)
+    for i in range(max_bytes):
+        if p + i >= end:
+            return 0, p, REC_OUT_OF_BOUNDS
+        b = np.uint64(buf[p + i])
+        raw |= (b & np.uint64(0x7F)) << shift
+        if b < np.uint64(0x80):
+            if max_bytes == 5 and raw > np.uint64(0xFFFFFFFF):
+                return 0, p, REC_VARINT_TOO_LONG  # more than 32 bits: overflow
+            value = np.int64(raw >> np.uint64(1)) ^ -np.int64(raw & np.uint64(1))
+            return value, p + i + 1, REC_OK
+        shift += np.uint64(7)
+    return 0, p, REC_VARINT_TOO_LONG
+
+
+@njit(inline="always", cache=True)
+def _index_one(
+    buf: Arr,
+    start: int,
+    end: int,
+    base_offset: int,
+    base_timestamp: int,
+    count: int,
+    log_append_time: int,
+    batch_row: int,
+    out: Arr,
+    row0: int,
+) -> tuple[int, int]:
+    p = start
+    for r in range(count):
+        if p >= end:
+            return REC_COUNT_MISMATCH, p
+        rec_start = p
+        length, p, err = _varint(buf, p, end, 5)
+        if err != REC_OK:
+            return err, rec_start
+        if length < 0:
+            return REC_BAD_LENGTH, rec_start
+        body_end = p + length
+        if body_end > end:
+            return REC_OUT_OF_BOUNDS, rec_start
+        if p >= body_end:
+            return REC_LENGTH_MISMATCH, rec_start
+        p += 1  # attributes: no bits defined, Kafka ignores them
+        ts_delta, p, err = _varint(buf, p, body_end, 10)
+        if err != REC_OK:
+            return err, rec_start
+        off_delta, p, err = _varint(buf, p, body_end, 5)
+        if err != REC_OK:
+            return err, rec_start
+        key_len, p, err = _varint(buf, p, body_end, 5)
+        if err != REC_OK:
+            return err, rec_start
+        if key_len < -1:
+            return REC_BAD_LENGTH, rec_start
+        key_pos = p
+        if key_len > 0:
+            p += key_len
+        if p > body_end:
+            return REC_OUT_OF_BOUNDS, rec_start
+        value_len, p, err = _varint(buf, p, body_end, 5)
+        if err != REC_OK:
+            return err, rec_start
+        if value_len < -1:
+            return REC_BAD_LENGTH, rec_start
+        value_pos = p
+        if value_len > 0:
+            p += value_len
+        if p > body_end:
+            return REC_OUT_OF_BOUNDS, rec_start
+        n_headers, p, err = _varint(buf, p, body_end, 5)
+        if err != REC_OK:
+            return err, rec_start
+        if n_headers < 0:
+            return REC_BAD_LENGTH, rec_start
+        headers_pos = p
+        for _h in range(n_headers):
+            hk, p, err = _varint(buf, p, body_end, 5)
+            if err != REC_OK:
+                return err, rec_start
+            if hk < 0:
+                return REC_BAD_LENGTH, rec_start
+            p += hk
+            if p > body_end:
+                return REC_OUT_OF_BOUNDS, rec_start
+            hv, p, err = _varint(buf, p, body_end, 5)
+            if err != REC_OK:
+                return err, rec_start
+            if hv < -1:
+                return REC_BAD_LENGTH, rec_start
+            if hv > 0:
+                p += hv
+            if p > body_end:
+                return REC_OUT_OF_BOUNDS, rec_start
+        if p != body_end:
+            return REC_LENGTH_MISMATCH, rec_start
+        row = row0 + r
+        out[row, R_POS] = rec_start
+        out[row, R_SIZE] = body_end - rec_start
+        out[row, R_OFFSET] = base_offset + off_delta
+        out[row, R_TIMESTAMP] = (
+            log_append_time if log_append_time != -1 else base_timestamp + ts_delta
+        )
+        out[row, R_KEY_POS] = key_pos
+        out[row, R_KEY_LEN] = key_len
+        out[row, R_VALUE_POS] = value_pos
+        out[row, R_VALUE_LEN] = value_len
+        out[row, R_HEADERS_POS] = headers_pos
+        out[row, R_HEADER_COUNT] = n_headers
+        out[row, R_BATCH] = batch_row
+    if p != end:
+        return REC_COUNT_MISMATCH, p
+    return REC_OK, p
+
+
+@njit(nogil=True, cache=True)
+def index_records(
+    buf: Arr,
+    starts: Arr,
+    ends: Arr,
+    base_offsets: Arr,
+    base_timestamps: Arr,
+    counts: Arr,
+    log_append_times: Arr,
+) -> tuple[Arr, int, int, int]:
+    """Index the records of many uncompressed payloads ``buf[starts[i]:ends[i]]``.
+
+    ``log_append_times[i]`` is the batch max timestamp for LogAppendTime batches (every record
+    takes it, as Kafka's reader does) and -1 otherwise. Returns ``(records, error, batch, pos)``:
+    one row per record (columns ``R_*``), and on failure the ``REC_*`` code, the failing batch
+    row and the byte position in ``buf``.
+    """
+    total = 0
+    for i in range(counts.shape[0]):
+        if counts[i] < 0:
+            return np.empty((0, RECORD_COLUMNS), dtype=np.int64), REC_COUNT_MISMATCH, i, starts[i]
+        total += counts[i]
+    out = np.empty((total, RECORD_COLUMNS), dtype=np.int64)
+    row = 0
+    for i in range(counts.shape[0]):
+        err, pos = _index_one(
+            buf,
+            starts[i],
+            ends[i],
+            base_offsets[i],
+            base_timestamps[i],
+            counts[i],
+            log_append_times[i],
+            i,
+            out,
+            row,
+        )
+        if err != REC_OK:
+            return out[:row], err, i, pos
+        row += counts[i]
+    return out, REC_OK, -1, -1
+
+
+# --- MurmurHash3 x64 128 ------------------------------------------------------------------------
+_C1 = np.uint64(0x87C37B91114253D5)
+_C2 = np.uint64(0x4CF5AD432745937F)
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@njit(inline="always", cache=True)
+def _rotl(x: np.uint64, r: int) -> np.uint64:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(inline="always", cache=True)
+def _fmix(k: np.uint64) -> np.uint64:
+    k ^= k >> np.uint64(33)
+    k *= _M1
+    k ^= k >> np.uint64(33)
+    k *= _M2
+    k ^= k >> np.uint64(33)
+    return k
+
+
+@njit(inline="always", cache=True)
+def _le64(buf: Arr, p: int) -> np.uint64:
+    v = np.uint64(0)
+    for i in range(8):
+        v |= np.uint64(buf[p + i]) << np.uint64(8 * i)
+    return v
+
+
+@njit(cache=True, nogil=True)
+def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
+    """MurmurHash3 x64 128, seed 0, of ``buf[pos:pos+length]``: (h1, h2)."""
+    h1 = np.uint64(0)
+    h2 = np.uint64(0)
+    nblocks = length // 16
+    for i in range(nblocks):
+        k1 = _le64(buf, pos + 16 * i)
+        k2 = _le64(buf, pos + 16 * i + 8)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+        h1 = _rotl(h1, 27)
+        h1 += h2
+        h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+        h2 = _rotl(h2, 31)
+        h2 += h1
+        h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
+    tail = pos + 16 * nblocks
+    rem = length & 15
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    if rem > 8:
+        for i in range(rem - 1, 7, -1):
+            k2 ^= np.uint64(buf[tail + i]) << np.uint64(8 * (i - 8))
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+    if rem > 0:
+        for i in range(min(rem, 8) - 1, -1, -1):
+            k1 ^= np.uint64(buf[tail + i]) << np.uint64(8 * i)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+    h1 ^= np.uint64(length)
+    h2 ^= np.uint64(length)
+    h1 += h2
+    h2 += h1
+    h1 = _fmix(h1)
+    h2 = _fmix(h2)
+    h1 += h2
+    h2 += h1
+    return h1, h2
+
+
+@njit(nogil=True, cache=True)
+def hash_keys(buf: Arr, records: Arr) -> Arr:
+    """128-bit hash of every record's key as a ``uint64[n, 2]`` (zeros for null keys)."""
+    n = records.shape[0]
+    out = np.zeros((n, 2), dtype=np.uint64)
+    for i in range(n):
+        klen = records[i, R_KEY_LEN]
+        if klen >= 0:
+            h1, h2 = murmur3_128(buf, records[i, R_KEY_POS], klen)
+            out[i, 0] = h1
+            out[i, 1] = h2
+    return out
