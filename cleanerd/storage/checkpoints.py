@@ -53,9 +53,6 @@ T = TypeVar("T")
 Row = dict[str, int | str]
 
 
-# --------------------------------------------------------------------------- atomic writes
-
-
 def fsync_dir(path: Path) -> None:
     """Make a rename or create inside ``path`` durable; without it a crash can undo the rename."""
     try:
@@ -102,9 +99,6 @@ def atomic_write(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-# --------------------------------------------------------------------------- parsing helpers
-
-
 class _BadLineError(Exception):
     """Internal: an entry parser's reason, turned into a CheckpointError with file and line."""
 
@@ -116,9 +110,7 @@ def _error(path: Path, line: int | None, reason: str) -> CheckpointError:
 
 def _show(text: str) -> str:
     """Quote a line for an error message without flooding the log with a huge one."""
-    if len(text) > _SHOW_MAX:
-        return repr(text[:_SHOW_MAX]) + "..."
-    return repr(text)
+    return repr(text[:_SHOW_MAX]) + ("..." if len(text) > _SHOW_MAX else "")
 
 
 def _read_text(path: Path) -> str | None:
@@ -193,12 +185,9 @@ def _read_entries(path: Path, parse: Callable[[str, list[str]], T]) -> list[T]:
 
 def _as_int(value: object, bounds: tuple[int, int], what: str, path: Path) -> int:
     """Validate a value we are about to write, so we never produce a file Kafka rejects."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = operator.index(cast("SupportsIndex", value))
-    except TypeError:
-        raise _error(path, None, f"cannot write {what} {value!r}: not an integer") from None
+    if isinstance(value, bool) or not hasattr(value, "__index__"):  # int, numpy ints; not 1.0
+        raise _error(path, None, f"cannot write {what} {value!r}: not an integer")
+    number = operator.index(cast("SupportsIndex", value))
     if not bounds[0] <= number <= bounds[1]:
         raise _error(path, None, f"cannot write {what} {number}: out of range {bounds}")
     return number
@@ -207,9 +196,6 @@ def _as_int(value: object, bounds: tuple[int, int], what: str, path: Path) -> in
 def _checkpoint_bytes(entries: list[str]) -> bytes:
     lines = [str(CHECKPOINT_VERSION), str(len(entries)), *entries]
     return "".join(line + "\n" for line in lines).encode("utf-8")
-
-
-# --------------------------------------------------------------------------- offset checkpoints
 
 
 def _parse_offset_entry(line: str, fields: list[str]) -> tuple[TopicPartition, int]:
@@ -274,9 +260,6 @@ def update_offset_checkpoint(
     return current
 
 
-# --------------------------------------------------------------------------- leader epochs
-
-
 def _parse_epoch_entry(line: str, fields: list[str]) -> tuple[int, int]:
     if len(fields) != 2:
         raise _BadLineError(f"expected 'epoch start_offset', got {_show(line)}")
@@ -301,9 +284,6 @@ def write_leader_epoch_checkpoint(path: Path, entries: Iterable[tuple[int, int]]
         for epoch, start in entries
     ]
     atomic_write(path, _checkpoint_bytes(lines))
-
-
-# --------------------------------------------------------------------------- partition.metadata
 
 
 def topic_id_from_bytes(raw: bytes) -> str:
@@ -363,9 +343,6 @@ def write_partition_metadata(path: Path, topic_id: str) -> None:
     if problem is not None:
         raise _error(path, None, f"cannot write: {problem}")
     atomic_write(path, f"version: 0\ntopic_id: {topic_id}".encode("ascii"))
-
-
-# --------------------------------------------------------------------------- any file, for dump
 
 
 def read_any_checkpoint(path: Path) -> list[Row]:

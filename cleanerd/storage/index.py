@@ -51,6 +51,7 @@ class _EntryFile:
 
     ENTRY_SIZE: ClassVar[int]
     _DTYPE: ClassVar[np.dtype[Any]]
+    _FIELDS: ClassVar[tuple[str, str]]  # (key, value) field names; "rel" is the offset
 
     def __init__(
         self, path: Path, base_offset: int, max_index_size: int = DEFAULT_MAX_INDEX_SIZE
@@ -75,18 +76,14 @@ class _EntryFile:
         self._keys: Int64Array = np.empty(capacity, dtype=np.int64)
         self._vals: Int64Array = np.empty(capacity, dtype=np.int64)
         rec = np.frombuffer(data, dtype=self._DTYPE, count=n)
-        key_field, val_field = self._DTYPE.names or ()
-        for column, field in ((self._keys, key_field), (self._vals, val_field)):
+        for column, field in zip((self._keys, self._vals), self._FIELDS, strict=True):
             column[:n] = rec[field]
             if field == "rel":  # relative offsets on disk, absolute in memory
                 column[:n] += self._base
 
     def _offsets(self) -> Int64Array:
         """The absolute-offset column of the current entries (what truncate_to searches)."""
-        rel_is_key = self._DTYPE.names is not None and self._DTYPE.names[0] == "rel"
-        return (self._keys if rel_is_key else self._vals)[: self._n]
-
-    # -- properties -------------------------------------------------------------------------
+        return (self._keys if self._FIELDS[0] == "rel" else self._vals)[: self._n]
 
     @property
     def path(self) -> Path:
@@ -113,9 +110,11 @@ class _EntryFile:
         """Entry ``i`` as stored, with the relative offset made absolute."""
         if not 0 <= i < self._n:
             raise IndexError(f"entry {i} out of range for {self._path} ({self._n} entries)")
-        return int(self._keys[i]), int(self._vals[i])
+        return self._at(i, (0, 0))
 
-    # -- helpers for subclasses ----------------------------------------------------------------
+    def _at(self, slot: int, empty: tuple[int, int]) -> tuple[int, int]:
+        """Entry at ``slot`` as Python ints, or ``empty`` when slot is -1 (nothing there)."""
+        return empty if slot < 0 else (int(self._keys[slot]), int(self._vals[slot]))
 
     def _relative(self, offset: int) -> int:
         """Both indexes store 32-bit offsets relative to the segment base."""
@@ -132,11 +131,7 @@ class _EntryFile:
         return int(np.searchsorted(self._keys[: self._n], _clamp(target), side="right")) - 1
 
     def _add(self, key: int, val: int, raw: bytes) -> None:
-        if self._tail:
-            raise self._corrupt(
-                f"length {self._n * self.ENTRY_SIZE + self._tail} is not a multiple of "
-                f"{self.ENTRY_SIZE}; refusing to append after a partial entry"
-            )
+        self._check_length()  # never append after a partial slot
         if self._n == len(self._keys):
             self._keys = np.concatenate([self._keys, np.empty_like(self._keys)])
             self._vals = np.concatenate([self._vals, np.empty_like(self._vals)])
@@ -166,8 +161,6 @@ class _EntryFile:
                 f"entry {i} {what} {int(column[i])} {verb} entry {i - 1} {what} "
                 f"{int(column[i - 1])}"
             )
-
-    # -- file operations ----------------------------------------------------------------------
 
     def _open(self) -> int:
         if self._fd is None:
@@ -240,6 +233,7 @@ class OffsetIndex(_EntryFile):
 
     ENTRY_SIZE = 8
     _DTYPE = np.dtype([("rel", ">i4"), ("pos", ">i4")])
+    _FIELDS = ("rel", "pos")
 
     def is_full(self) -> bool:
         return self._n >= self._max_entries
@@ -247,7 +241,7 @@ class OffsetIndex(_EntryFile):
     @property
     def last_offset(self) -> int:
         """Offset of the last entry, or the base offset when empty (Kafka's lastOffset)."""
-        return int(self._keys[self._n - 1]) if self._n else self._base
+        return self._at(self._n - 1, (self._base, 0))[0]
 
     def append(self, offset: int, position: int) -> None:
         """Add (offset, position); offsets strictly rise and positions never fall."""
@@ -256,25 +250,18 @@ class OffsetIndex(_EntryFile):
         rel = self._relative(offset)
         if not 0 <= position <= INT32_MAX:
             raise ValueError(f"position {position} does not fit an int32 in {self._path}")
-        if self._n:
-            if offset <= self._keys[self._n - 1]:
-                raise ValueError(
-                    f"offset {offset} is not above the last entry's offset "
-                    f"{int(self._keys[self._n - 1])} in {self._path}"
-                )
-            if position < self._vals[self._n - 1]:
-                raise ValueError(
-                    f"position {position} is below the last entry's position "
-                    f"{int(self._vals[self._n - 1])} in {self._path}"
-                )
+        last_offset, last_position = self._at(self._n - 1, (self._base - 1, 0))
+        if offset <= last_offset or position < last_position:
+            raise ValueError(
+                f"entry ({offset}, {position}) does not follow the last entry "
+                f"({last_offset}, {last_position}) of {self._path}: offsets must rise, "
+                "positions must not fall"
+            )
         self._add(offset, position, _OFFSET_ENTRY.pack(rel, position))
 
     def lookup(self, target: int) -> tuple[int, int]:
         """(offset, position) of the largest entry offset <= target, else (base, 0)."""
-        slot = self._floor_slot(target)
-        if slot < 0:
-            return self._base, 0
-        return int(self._keys[slot]), int(self._vals[slot])
+        return self._at(self._floor_slot(target), (self._base, 0))
 
     def sanity_check(self) -> None:
         """Kafka's checks plus two that catch garbage a Kafka-written file can never contain."""
@@ -292,6 +279,7 @@ class TimeIndex(_EntryFile):
 
     ENTRY_SIZE = 12
     _DTYPE = np.dtype([("ts", ">i8"), ("rel", ">i4")])
+    _FIELDS = ("ts", "rel")
 
     def is_full(self) -> bool:
         """Full one slot early: the last slot is kept for the entry written on roll."""
@@ -300,9 +288,7 @@ class TimeIndex(_EntryFile):
     @property
     def last_entry(self) -> tuple[int, int]:
         """(timestamp, offset) of the last entry, or (-1, base) when empty."""
-        if not self._n:
-            return -1, self._base
-        return int(self._keys[self._n - 1]), int(self._vals[self._n - 1])
+        return self._at(self._n - 1, (-1, self._base))
 
     def maybe_append(self, timestamp: int, offset: int, skip_full_check: bool = False) -> bool:
         """Append only if ``timestamp`` beats the last entry's; True if an entry was written.
@@ -315,7 +301,7 @@ class TimeIndex(_EntryFile):
             raise ValueError(f"{self._path} has no slot left ({self._n} entries)")
         rel = self._relative(offset)
         last_ts, last_offset = self.last_entry
-        if self._n and offset < last_offset:
+        if offset < last_offset:  # when empty, last_offset is the base: _relative checked it
             raise ValueError(
                 f"offset {offset} is below the last entry's offset {last_offset} in {self._path}"
             )
@@ -328,10 +314,7 @@ class TimeIndex(_EntryFile):
 
     def lookup(self, target_ts: int) -> tuple[int, int]:
         """(timestamp, offset) of the largest timestamp <= target, else (-1, base)."""
-        slot = self._floor_slot(target_ts)
-        if slot < 0:
-            return -1, self._base
-        return int(self._keys[slot]), int(self._vals[slot])
+        return self._at(self._floor_slot(target_ts), (-1, self._base))
 
     def sanity_check(self) -> None:
         """Kafka's checks plus non-decreasing timestamps and offsets across all entries."""

@@ -1,0 +1,26 @@
+"""The ``cleanerd`` command line: one click group, one module per command."""
+
+from __future__ import annotations
+
+import click
+
+from cleanerd import __version__
+from cleanerd.cli.dump import dump
+from cleanerd.cli.gen import gen
+from cleanerd.cli.verify import verify
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cleanerd")
+def cli() -> None:
+    """Log compaction for Apache Kafka-format partition logs."""
+
+
+cli.add_command(dump)
+cli.add_command(verify)
+cli.add_command(gen)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli()

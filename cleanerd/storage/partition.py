@@ -1,0 +1,399 @@
+"""One partition directory (``<topic>-<partition>``): its segments, appends, rolls and swaps.
+
+The writer contract (DESIGN.md): writers only append to the active segment (highest base offset)
+and roll by starting a new one, under ``writer_lock``; the cleaner never touches the active
+segment and replaces older ones only by the atomic renames of ``swap.replace_segments``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cleanerd.format import kernels as k
+from cleanerd.format.builder import build_batch, build_end_txn_marker, set_base_offset
+from cleanerd.format.codecs import Compression
+from cleanerd.format.reader import RecordBatch, scan_batches
+from cleanerd.format.records import Record
+from cleanerd.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+    write_leader_epoch_checkpoint,
+)
+from cleanerd.storage.errors import CorruptIndexError, StorageError
+from cleanerd.storage.files import LOG_SUFFIX, offset_from_name
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.logdir import parse_partition_dir_name
+from cleanerd.storage.producer_state import ProducerState, scan_producer_state
+from cleanerd.storage.segment import LogSegment
+from cleanerd.storage.swap import RecoveryReport, recover_temp_files, replace_segments
+from cleanerd.storage.topic_partition import TopicPartition
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class AppendInfo:
+    """Offsets given to an append."""
+
+    first_offset: int
+    last_offset: int
+
+
+@dataclass
+class LoadReport:
+    """What opening the partition repaired."""
+
+    recovery: RecoveryReport = field(default_factory=RecoveryReport)
+    rebuilt_indexes: list[str] = field(default_factory=list)
+    truncated_tail_bytes: int = 0
+
+
+class PartitionLog:
+    """A partition's log on disk; thread-safe for one writer plus readers and the cleaner."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig | None = None,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.directory = Path(directory)
+        if not self.directory.is_dir():
+            raise StorageError(f"partition directory {self.directory} does not exist")
+        tp = parse_partition_dir_name(self.directory.name)
+        if tp is None:
+            raise StorageError(
+                f"{self.directory} is not a partition directory (expected <topic>-<partition>)"
+            )
+        self.topic_partition: TopicPartition = tp
+        self.config = config or LogConfig()
+        self.clock = clock
+        self.writer_lock = threading.RLock()
+        self.report = LoadReport()
+        self._tail_checked = False
+        self._epochs: list[tuple[int, int]] | None = None
+        self.segments: list[LogSegment] = []
+        self._load()
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        config: LogConfig | None = None,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> PartitionLog:
+        """Create the directory (parents too) and open it."""
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        return cls(directory, config, clock=clock)
+
+    # --- loading ----------------------------------------------------------------------------
+    def _load(self) -> None:
+        self.report.recovery = recover_temp_files(self.directory, self.config)
+        bases = sorted(
+            offset_from_name(p.name)
+            for p in self.directory.iterdir()
+            if p.name.endswith(LOG_SUFFIX) and p.name.split(".", 1)[0].isdigit()
+        )
+        now = self.clock()
+        for base in bases:
+            seg = LogSegment(self.directory, base, self.config, created_ms=now)
+            self._check_indexes(seg)
+            self.segments.append(seg)
+        if not self.segments:
+            start = self._checkpointed(LOG_START_OFFSET_CHECKPOINT) or 0
+            self.segments.append(
+                LogSegment.create(self.directory, start, self.config, created_ms=now)
+            )
+
+    def _check_indexes(self, seg: LogSegment) -> None:
+        """Rebuild a missing or corrupt offset/time index of a segment from its ``.log``."""
+        reason = None
+        if seg.size and not seg.offset_index.path.exists():
+            reason = "missing"
+        else:
+            try:
+                seg.sanity_check()
+            except CorruptIndexError as e:
+                reason = str(e)
+        if reason is not None:
+            seg.rebuild_indexes()
+            self.report.rebuilt_indexes.append(f"{seg.log_path.name}: {reason}")
+
+    def _checkpointed(self, name: str) -> int | None:
+        path = self.directory.parent / name
+        if not path.exists():
+            return None
+        return read_offset_checkpoint(path).get(self.topic_partition)
+
+    # --- offsets ----------------------------------------------------------------------------
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        """The checkpointed log start offset when it lies inside the log, else the first base."""
+        first = self.segments[0].base_offset
+        cp = self._checkpointed(LOG_START_OFFSET_CHECKPOINT)
+        if cp is not None and first <= cp <= self.log_end_offset:
+            return cp
+        return first
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset()
+
+    @property
+    def high_watermark(self) -> int:
+        """From ``replication-offset-checkpoint`` when the log dir has one, else the LEO."""
+        leo = self.log_end_offset
+        hw = self._checkpointed(REPLICATION_OFFSET_CHECKPOINT)
+        return leo if hw is None else min(hw, leo)
+
+    def producer_state(self) -> ProducerState:
+        """Producers and transactions, from a walk over every batch header."""
+        scans = []
+        for seg in list(self.segments):
+            arr = seg.view()
+            scan = seg.scan(check_crc=False)
+            scans.append((arr, scan.batches, str(seg.log_path)))
+        return scan_producer_state(scans)
+
+    def last_stable_offset(self) -> int:
+        return self.producer_state().last_stable_offset(self.high_watermark)
+
+    def segment_for(self, offset: int) -> int:
+        """Index of the segment whose range holds ``offset`` (floor by base offset)."""
+        bases = [s.base_offset for s in self.segments]
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+    # --- reading ----------------------------------------------------------------------------
+    def read(self, start_offset: int | None = None) -> Iterator[RecordBatch]:
+        """Every batch holding offsets >= ``start_offset``; raises at the first corrupt one."""
+        start = self.log_start_offset if start_offset is None else start_offset
+        for seg in list(self.segments[self.segment_for(start) :]):
+            arr, scan = seg.read_from(start)
+            for i in range(len(scan)):
+                yield RecordBatch(arr, scan.batches[i], scan.header(i), str(seg.log_path))
+            scan.raise_error()
+
+    def records(self, start_offset: int | None = None) -> Iterator[Record]:
+        """Every record from ``start_offset`` (slow path for tools and tests)."""
+        start = self.log_start_offset if start_offset is None else start_offset
+        for batch in self.read(start):
+            yield from (r for r in batch.records() if r.offset >= start)
+
+    # --- appending --------------------------------------------------------------------------
+    def append(
+        self,
+        records: Sequence[Record],
+        *,
+        compression: Compression = Compression.NONE,
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+        base_sequence: int = -1,
+        transactional: bool = False,
+        log_append_time: bool = False,
+        leader_epoch: int | None = None,
+    ) -> AppendInfo:
+        """Append records as one batch; offsets are assigned from the log end (the records'
+        own offsets are ignored), timestamps kept (LogAppendTime stamps the clock)."""
+        if not records:
+            raise ValueError("append needs at least one record")
+        with self.writer_lock:
+            first = self._prepare_append()
+            now = self.clock()
+            placed = [
+                Record(
+                    first + i, now if log_append_time else r.timestamp, r.key, r.value, r.headers
+                )
+                for i, r in enumerate(records)
+            ]
+            epoch = self._leader_epoch(leader_epoch, first)
+            data = build_batch(
+                placed,
+                compression=compression,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
+                transactional=transactional,
+                log_append_time=log_append_time,
+                partition_leader_epoch=epoch,
+            )
+            return self._append_bytes(data)
+
+    def append_marker(
+        self,
+        *,
+        commit: bool,
+        producer_id: int,
+        producer_epoch: int,
+        timestamp: int,
+        coordinator_epoch: int = 0,
+        leader_epoch: int | None = None,
+    ) -> AppendInfo:
+        """Append a COMMIT or ABORT marker for a producer's open transaction."""
+        with self.writer_lock:
+            offset = self._prepare_append()
+            data = build_end_txn_marker(
+                commit=commit,
+                offset=offset,
+                timestamp=timestamp,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                coordinator_epoch=coordinator_epoch,
+                partition_leader_epoch=self._leader_epoch(leader_epoch, offset),
+            )
+            return self._append_bytes(data)
+
+    def append_batches(self, data: bytes, *, leader_epoch: int | None = None) -> AppendInfo:
+        """Append ready-made v2 batches (validated: CRC, lengths), moved to the log end."""
+        scan = scan_batches(data, path="<appended batches>")
+        scan.raise_error()
+        if len(scan) == 0:
+            raise ValueError("append_batches needs at least one batch")
+        with self.writer_lock:
+            next_offset = self._prepare_append()
+            out = bytearray(data)
+            b = scan.batches
+            epoch = self._leader_epoch(leader_epoch, next_offset)
+            first = next_offset
+            for i in range(len(scan)):
+                pos = int(b[i, k.B_POS])
+                set_base_offset(out, next_offset, pos)
+                out[pos + 12 : pos + 16] = epoch.to_bytes(4, "big", signed=True)
+                next_offset += int(b[i, k.B_LAST_OFFSET] - b[i, k.B_BASE_OFFSET]) + 1
+            info = self._append_bytes(bytes(out))
+            return AppendInfo(first, info.last_offset)
+
+    def _prepare_append(self) -> int:
+        """Before the first append of this process, cut a partial batch a crashed writer left."""
+        seg = self.active_segment
+        if not self._tail_checked:
+            next_offset, end = seg.last_batch_end()
+            if end < seg.refresh_size():
+                self.report.truncated_tail_bytes = seg.size - end
+                with open(seg.log_path, "r+b") as f:
+                    f.truncate(end)
+                    f.flush()
+                seg.refresh_size()
+                seg.offset_index.truncate_to(next_offset)
+                seg.time_index.truncate_to(next_offset)
+            self._tail_checked = True
+        return seg.next_offset()
+
+    def _leader_epoch(self, requested: int | None, start_offset: int) -> int:
+        """Current leader epoch; a new, higher one is recorded in ``leader-epoch-checkpoint``."""
+        path = self.directory / LEADER_EPOCH_CHECKPOINT
+        if self._epochs is None:
+            self._epochs = read_leader_epoch_checkpoint(path) if path.exists() else []
+        latest = self._epochs[-1][0] if self._epochs else -1
+        epoch = max(latest, 0) if requested is None else requested
+        if epoch > latest:
+            self._epochs.append((epoch, start_offset))
+            write_leader_epoch_checkpoint(path, self._epochs)
+        return epoch
+
+    def _append_bytes(self, data: bytes) -> AppendInfo:
+        scan = scan_batches(data, path="<append>")
+        b = scan.batches
+        first = int(b[0, k.B_BASE_OFFSET])
+        last = int(b[-1, k.B_LAST_OFFSET])
+        max_row = int(np.argmax(b[:, k.B_MAX_TIMESTAMP]))
+        max_ts = int(b[max_row, k.B_MAX_TIMESTAMP])
+        self._maybe_roll(len(data), max_ts, first, last)
+        self.active_segment.append(
+            data,
+            largest_offset=last,
+            largest_timestamp=max_ts,
+            offset_of_max_timestamp=int(b[max_row, k.B_LAST_OFFSET]),
+        )
+        return AppendInfo(first, last)
+
+    # --- rolling ----------------------------------------------------------------------------
+    def _jitter_ms(self, base_offset: int) -> int:
+        """Kafka picks a random roll jitter per segment; ours is seeded by the segment's name."""
+        cap = min(self.config.segment_jitter_ms, self.config.segment_ms)
+        if cap <= 0:
+            return 0
+        return random.Random(f"{self.directory.name}:{base_offset}").randrange(cap)
+
+    def should_roll(self, size: int, max_timestamp: int, last_offset: int) -> bool:
+        """Kafka's shouldRoll for an append of ``size`` bytes."""
+        seg = self.active_segment
+        if seg.size == 0:
+            return False
+        rolling = seg.first_batch_timestamp()
+        if rolling is not None and rolling >= 0:
+            waited = max_timestamp - rolling
+        else:
+            waited = self.clock() - seg.created_ms
+        return (
+            seg.size > self.config.segment_bytes - size
+            or waited > self.config.max_segment_ms - self._jitter_ms(seg.base_offset)
+            or seg.indexes_full()
+            or not seg.can_hold(last_offset)
+        )
+
+    def _maybe_roll(self, size: int, max_timestamp: int, first: int, last: int) -> None:
+        seg = self.active_segment
+        if self.should_roll(size, max_timestamp, last):
+            self.roll(first)
+        elif seg.size == 0 and not seg.can_hold(last):
+            seg.delete()
+            self.segments[-1] = LogSegment.create(
+                self.directory, first, self.config, created_ms=self.clock()
+            )
+
+    def roll(self, new_base: int | None = None) -> LogSegment:
+        """Close the active segment and start a new one at the log end (under the writer lock)."""
+        with self.writer_lock:
+            seg = self.active_segment
+            base = seg.next_offset() if new_base is None else new_base
+            if seg.size == 0:
+                return seg
+            seg.on_become_inactive()
+            seg.close()
+            new = LogSegment.create(self.directory, base, self.config, created_ms=self.clock())
+            self.segments.append(new)
+            return new
+
+    # --- cleaning -----------------------------------------------------------------------------
+    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment]) -> None:
+        """Swap a ``.cleaned`` segment in for inactive ``old`` segments (swap protocol)."""
+        with self.writer_lock:
+            if any(s is self.active_segment for s in old):
+                raise StorageError("the active segment is never replaced by the cleaner")
+            replace_segments(new, old)
+            doomed = {id(s) for s in old}
+            kept = [s for s in self.segments if id(s) not in doomed]
+            bisect.insort(kept, new, key=lambda s: s.base_offset)
+            self.segments = kept
+
+    def flush(self) -> None:
+        with self.writer_lock:
+            self.active_segment.flush()
+
+    def close(self) -> None:
+        with self.writer_lock:
+            self.active_segment.flush()
+            for seg in self.segments:
+                seg.close()
+
+    def __repr__(self) -> str:
+        return f"PartitionLog({self.directory}, segments={len(self.segments)})"

@@ -1,0 +1,328 @@
+"""One log segment: the ``.log`` file with its ``.index``, ``.timeindex`` and ``.txnindex``.
+
+Appends follow Kafka's ``LogSegment.append``: an offset and a time index entry are added before
+a chunk when more than ``index.interval.bytes`` were written since the last entry. Reads map the
+file afresh each time (a writer may have appended since), so they see every complete batch.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+
+from cleanerd.format import kernels as k
+from cleanerd.format.reader import U8, BatchScan, scan_batches
+from cleanerd.storage.errors import CorruptIndexError, OffsetOutOfRangeError, StorageError
+from cleanerd.storage.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_file,
+)
+from cleanerd.storage.index import OffsetIndex, TimeIndex
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.txnindex import TransactionIndex
+
+INT32_MAX = 2**31 - 1
+_EMPTY = np.zeros(0, dtype=np.uint8)
+
+
+class LogSegment:
+    """A segment on disk, named by its base offset and an optional temporary suffix."""
+
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        temp_suffix: str = "",
+        created_ms: int = 0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.config = config
+        self.temp_suffix = temp_suffix
+        self.created_ms = created_ms
+        self.log_path = segment_file(self.directory, base_offset, LOG_SUFFIX, temp_suffix)
+        self.offset_index = OffsetIndex(
+            segment_file(self.directory, base_offset, INDEX_SUFFIX, temp_suffix),
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.time_index = TimeIndex(
+            segment_file(self.directory, base_offset, TIME_INDEX_SUFFIX, temp_suffix),
+            base_offset,
+            config.segment_index_bytes,
+        )
+        self.txn_index = TransactionIndex(
+            segment_file(self.directory, base_offset, TXN_INDEX_SUFFIX, temp_suffix), base_offset
+        )
+        self._fd: int | None = None
+        self._size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._bytes_since_index = 0
+        self._max_ts_so_far: int | None = None
+        self._offset_of_max_ts = base_offset
+        self._rolling_ts: int | None = None
+
+    # --- creation ---------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        temp_suffix: str = "",
+        created_ms: int = 0,
+    ) -> LogSegment:
+        """A new, empty segment (fails if its ``.log`` already exists)."""
+        path = segment_file(Path(directory), base_offset, LOG_SUFFIX, temp_suffix)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            raise StorageError(f"segment file {path} already exists") from None
+        os.close(fd)
+        return cls(directory, base_offset, config, temp_suffix=temp_suffix, created_ms=created_ms)
+
+    # --- reading ----------------------------------------------------------------------------
+    @property
+    def size(self) -> int:
+        """Bytes in the ``.log`` file."""
+        return self._size
+
+    def refresh_size(self) -> int:
+        """Re-read the file size (another writer may have appended)."""
+        self._size = self.log_path.stat().st_size
+        return self._size
+
+    def view(self) -> U8:
+        """A read-only ``uint8`` view of the whole ``.log`` file (mmapped)."""
+        size = self.refresh_size()
+        if size == 0:
+            return _EMPTY
+        with open(self.log_path, "rb") as f:
+            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+        return np.frombuffer(mm, dtype=np.uint8)
+
+    def scan(self, start_position: int = 0, *, check_crc: bool = True) -> BatchScan:
+        """Every batch from ``start_position``, with the first problem (if any) located."""
+        return scan_batches(
+            self.view(),
+            start=start_position,
+            path=str(self.log_path),
+            check_crc=check_crc,
+            prev_last_offset=self.base_offset - 1 if start_position == 0 else -1,
+        )
+
+    def read_from(self, offset: int, *, check_crc: bool = True) -> tuple[U8, BatchScan]:
+        """Batches from the one holding ``offset`` (index lookup, then a scan)."""
+        _, position = self.offset_index.lookup(offset)
+        arr = self.view()
+        scan = scan_batches(arr, start=position, path=str(self.log_path), check_crc=check_crc)
+        keep = scan.batches[:, k.B_LAST_OFFSET] >= offset
+        first = int(np.argmax(keep)) if keep.any() else scan.batches.shape[0]
+        return arr, BatchScan(scan.batches[first:], scan.end, scan.error)
+
+    def last_batch_end(self) -> tuple[int, int]:
+        """(next offset, end position) of the last complete batch, starting at the last index entry.
+
+        The next offset is the base offset when the segment has no complete batch.
+        """
+        _, position = self.offset_index.lookup(2**63 - 1)
+        scan = scan_batches(self.view(), start=position, path=str(self.log_path), check_crc=False)
+        if len(scan) == 0:
+            return (self.base_offset, position) if position else (self.base_offset, 0)
+        return int(scan.batches[-1, k.B_LAST_OFFSET]) + 1, scan.end
+
+    def next_offset(self) -> int:
+        """Offset after the last record of this segment."""
+        return self.last_batch_end()[0]
+
+    def first_batch_timestamp(self) -> int | None:
+        """Max timestamp of the first batch (Kafka's rollingBasedTimestamp); None if empty."""
+        if self._rolling_ts is None and self._size >= k.HEADER_SIZE:
+            scan = scan_batches(self.view(), end=None, check_crc=False)
+            if len(scan):
+                self._rolling_ts = int(scan.batches[0, k.B_MAX_TIMESTAMP])
+        return self._rolling_ts
+
+    @property
+    def largest_timestamp(self) -> int:
+        """Kafka's largestTimestamp: the last time-index entry, else the file's mtime."""
+        ts, _ = self.time_index.last_entry
+        if self._max_ts_so_far is not None:
+            ts = max(ts, self._max_ts_so_far)
+        if ts >= 0:
+            return ts
+        return self.last_modified_ms
+
+    @property
+    def last_modified_ms(self) -> int:
+        return self.log_path.stat().st_mtime_ns // 1_000_000
+
+    # --- writing ----------------------------------------------------------------------------
+    def _load_max_timestamp(self) -> None:
+        if self._max_ts_so_far is None:
+            ts, off = self.time_index.last_entry
+            self._max_ts_so_far, self._offset_of_max_ts = ts, off
+
+    def can_hold(self, largest_offset: int) -> bool:
+        """Whether ``largest_offset`` fits the 32-bit relative offsets of the indexes."""
+        return 0 <= largest_offset - self.base_offset <= INT32_MAX
+
+    def append(
+        self,
+        data: bytes | bytearray | memoryview,
+        *,
+        largest_offset: int,
+        largest_timestamp: int,
+        offset_of_max_timestamp: int,
+    ) -> None:
+        """Append whole batches, adding index entries as Kafka does."""
+        if not self.can_hold(largest_offset):
+            raise OffsetOutOfRangeError(
+                f"offset {largest_offset} does not fit segment {self.log_path} "
+                f"(base {self.base_offset}, 32-bit relative offsets)"
+            )
+        if not data:
+            return
+        self._load_max_timestamp()
+        if self._size == 0:
+            self._rolling_ts = largest_timestamp
+        position = self._size
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        written = os.write(self._fd, data)
+        if written != len(data):
+            raise StorageError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        assert self._max_ts_so_far is not None
+        if largest_timestamp > self._max_ts_so_far:
+            self._max_ts_so_far = largest_timestamp
+            self._offset_of_max_ts = offset_of_max_timestamp
+        if self._bytes_since_index > self.config.index_interval_bytes:
+            self.offset_index.append(largest_offset, position)
+            self.time_index.maybe_append(self._max_ts_so_far, self._offset_of_max_ts)
+            self._bytes_since_index = 0
+        self._bytes_since_index += len(data)
+        self._size += len(data)
+
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full() or self.time_index.is_full()
+
+    def on_become_inactive(self) -> None:
+        """Final time-index entry (into the reserved slot) and flush, as Kafka does on roll."""
+        self._load_max_timestamp()
+        assert self._max_ts_so_far is not None
+        if self._max_ts_so_far >= 0:
+            self.time_index.maybe_append(
+                self._max_ts_so_far, self._offset_of_max_ts, skip_full_check=True
+            )
+        self.flush()
+
+    def flush(self) -> None:
+        """fsync the log and the indexes (index files are created even when empty)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+        if self.txn_index.exists:
+            self.txn_index.flush()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+
+    # --- index maintenance ------------------------------------------------------------------
+    def sanity_check(self) -> None:
+        """Kafka's load-time checks of the index files; CorruptIndexError names the file."""
+        self.offset_index.sanity_check()
+        self.time_index.sanity_check()
+        self.txn_index.sanity_check()
+        last_off, last_pos = self.offset_index.lookup(2**63 - 1)
+        if last_pos > self._size:
+            raise CorruptIndexError(
+                f"corrupt index {self.offset_index.path}: entry for offset {last_off} points at "
+                f"byte {last_pos}, beyond the {self._size}-byte log"
+            )
+
+    def rebuild_indexes(self) -> None:
+        """Recreate ``.index`` and ``.timeindex`` from the ``.log`` (one entry per interval).
+
+        Stops at the first invalid batch; raises CorruptRecordError naming it, so a caller never
+        silently drops data.
+        """
+        self.offset_index.close()
+        self.time_index.close()
+        for idx in (self.offset_index, self.time_index):
+            idx.delete()
+        self.offset_index = OffsetIndex(
+            self.offset_index.path, self.base_offset, self.config.segment_index_bytes
+        )
+        self.time_index = TimeIndex(
+            self.time_index.path, self.base_offset, self.config.segment_index_bytes
+        )
+        scan = self.scan()
+        since = 0
+        max_ts, max_ts_offset = -1, self.base_offset
+        b = scan.batches
+        for i in range(len(scan)):
+            if b[i, k.B_MAX_TIMESTAMP] > max_ts:
+                max_ts = int(b[i, k.B_MAX_TIMESTAMP])
+                max_ts_offset = int(b[i, k.B_LAST_OFFSET])
+            if since > self.config.index_interval_bytes:
+                self.offset_index.append(int(b[i, k.B_LAST_OFFSET]), int(b[i, k.B_POS]))
+                self.time_index.maybe_append(max_ts, max_ts_offset)
+                since = 0
+            since += int(b[i, k.B_SIZE])
+        if max_ts >= 0:
+            self.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
+        self._max_ts_so_far, self._offset_of_max_ts = max_ts, max_ts_offset
+        self.offset_index.flush()
+        self.time_index.flush()
+        if scan.error is not None:
+            raise scan.error
+
+    # --- files ------------------------------------------------------------------------------
+    def files(self) -> list[Path]:
+        """The files of this segment that exist on disk."""
+        paths = [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
+        return [p for p in paths if p.exists()]
+
+    def change_suffix(self, new_temp_suffix: str) -> None:
+        """Rename every file of the segment to another temporary suffix ("" = final names)."""
+        self.close()
+        for suffix, holder in (
+            (INDEX_SUFFIX, self.offset_index),
+            (TIME_INDEX_SUFFIX, self.time_index),
+            (TXN_INDEX_SUFFIX, self.txn_index),
+        ):
+            holder.rename_to(
+                segment_file(self.directory, self.base_offset, suffix, new_temp_suffix)
+            )
+        target = segment_file(self.directory, self.base_offset, LOG_SUFFIX, new_temp_suffix)
+        os.replace(self.log_path, target)
+        self.log_path = target
+        self.temp_suffix = new_temp_suffix
+
+    def set_last_modified(self, mtime_ns: int) -> None:
+        """Give ``.log``, ``.index`` and ``.timeindex`` an mtime (Kafka leaves ``.txnindex``)."""
+        for p in (self.log_path, self.offset_index.path, self.time_index.path):
+            if p.exists():
+                os.utime(p, ns=(mtime_ns, mtime_ns))
+
+    def delete(self) -> None:
+        self.close()
+        for p in self.files():
+            p.unlink(missing_ok=True)
+
+    def __repr__(self) -> str:
+        return f"LogSegment({self.log_path}, size={self._size})"
