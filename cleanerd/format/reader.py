@@ -221,6 +221,14 @@ def index_batches(buf: Buffer, batches: I64, *, path: str | None = None) -> tupl
     )
     if err == k.REC_OK:
         err, bad = _check_record_offsets(records, batches)
+    if err == k.REC_OK and records.shape[0]:
+        # The kernel reads -1 as "not LogAppendTime"; a LogAppendTime batch whose maxTimestamp
+        # is -1 must still give every record -1, as Kafka's reader does.
+        lat_unset = (batches[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE != 0) & (
+            batches[:, k.B_MAX_TIMESTAMP] == -1
+        )
+        if lat_unset.any():
+            records[lat_unset[records[:, k.R_BATCH]], k.R_TIMESTAMP] = -1
     if err != k.REC_OK:
         reason = _RECORD_REASONS.get(err, f"record error {err}")
         raise CorruptRecordError(
