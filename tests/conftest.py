@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 _TESTS = Path(__file__).resolve().parent
 _REPO = _TESTS.parent
-
-# The package is not installed into the venv; make ``import cleanerd`` work from a plain checkout.
-if str(_REPO) not in sys.path:
-    sys.path.insert(0, str(_REPO))
 
 
 def find_kafka_fixtures() -> Path:

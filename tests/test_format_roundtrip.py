@@ -29,7 +29,7 @@ from kafka.record.util import decode_varint as kp_decode_varint
 from kafka.record.util import encode_varint as kp_encode_varint
 
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, encode_records
+from cleanerd.format.builder import build_batch, build_empty_batch, encode_records, finish_crc
 from cleanerd.format.codecs import XERIAL_MAGIC, Compression, compress, decompress
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import BatchHeader
@@ -167,9 +167,7 @@ def _expected_records(spec: Spec, header: BatchHeader) -> list[Record]:
     if not spec.kwargs["log_append_time"]:
         return spec.records
     # LogAppendTime: every record reads as the batch max timestamp (Kafka's DefaultRecord.readFrom)
-    return [
-        Record(r.offset, header.max_timestamp, r.key, r.value, r.headers) for r in spec.records
-    ]
+    return [Record(r.offset, header.max_timestamp, r.key, r.value, r.headers) for r in spec.records]
 
 
 def _as_buffer(data: bytes, kind: str) -> Any:
@@ -261,6 +259,35 @@ def test_large_batch_every_codec(codec: Compression) -> None:
     assert batch.records() == records
 
 
+def test_log_append_time_with_unset_max_timestamp() -> None:
+    # Kafka gives every record of a LogAppendTime batch its maxTimestamp, even -1
+    records = [Record(4, 100, b"a", b"1"), Record(5, 200, b"b", None)]
+    for codec in (Compression.NONE, Compression.GZIP):
+        lat = build_batch(records, log_append_time=True, max_timestamp=-1, compression=codec)
+        other = build_batch([Record(9, 7, b"c", b"2")], log_append_time=True, max_timestamp=50)
+        data = lat + other
+        scan = scan_batches(data)
+        payload, index = index_batches(data, scan.batches)
+        assert [r.timestamp for r in records_from_index(payload, index)] == [-1, -1, 50]
+        (b0, _) = list(iter_batches(data))
+        assert [r.timestamp for r in b0.records()] == [-1, -1]
+
+
+@pytest.mark.parametrize("codec", list(Compression))
+def test_empty_batch_with_codec_bits_has_no_records(codec: Compression) -> None:
+    # Kafka's DefaultRecordBatch.iterator() returns nothing for count 0 without decompressing,
+    # so a header-only batch that still carries codec bits must read as empty, not as corrupt.
+    raw = bytearray(build_empty_batch(base_offset=3, last_offset=8, max_timestamp=9))
+    raw[22] |= int(codec)
+    finish_crc(raw)
+    (batch,) = list(iter_batches(bytes(raw)))
+    assert batch.header.compression == codec
+    assert batch.records() == []
+    scan = scan_batches(bytes(raw))
+    _, index = index_batches(bytes(raw), scan.batches)
+    assert index.shape[0] == 0
+
+
 def test_batches_through_mmap(tmp_path: Path) -> None:
     specs = [
         [Record(0, 10, b"a", b"1"), Record(2, 5, None, None, (("x", None),))],
@@ -318,40 +345,40 @@ def test_edge_lists_cover_the_extremes() -> None:
     assert {INT64_MIN, INT64_MAX, 2**32, -(2**32), 2**62} <= set(INT64_EDGES)
 
 
-@pytest.mark.parametrize("value", INT32_EDGES)
-def test_varint_edges(value: int) -> None:
-    out = bytearray(b"\xaa")  # writes append
-    write_varint(value, out)
-    enc = bytes(out[1:])
-    assert enc == _reference_varint(value, 32)
-    assert len(enc) == varint_size(value) <= 5
-    assert read_varint(bytes(out), 1) == (value, len(out))
-    assert read_varint(memoryview(bytes(out) + b"\xff\xff"), 1) == (value, len(out))
-    # kafka-python encodes int32 values identically (64-bit zig-zag agrees on that range)
-    kp = bytearray()
-    kp_encode_varint(value, kp.append)
-    assert bytes(kp) == enc
-    assert kp_decode_varint(enc, 0) == (value, len(enc))
-    # the numba decoder
-    arr = np.frombuffer(enc + b"\x00", dtype=np.uint8)
-    got, nxt, err = k._varint(arr, 0, len(arr), 5)
-    assert (int(got), int(nxt), int(err)) == (value, len(enc), k.REC_OK)
+def test_varint_edges() -> None:
+    for value in INT32_EDGES:
+        out = bytearray(b"\xaa")  # writes append
+        write_varint(value, out)
+        enc = bytes(out[1:])
+        assert enc == _reference_varint(value, 32), value
+        assert len(enc) == varint_size(value) <= 5, value
+        assert read_varint(bytes(out), 1) == (value, len(out)), value
+        assert read_varint(memoryview(bytes(out) + b"\xff\xff"), 1) == (value, len(out)), value
+        # kafka-python encodes int32 values identically (64-bit zig-zag agrees on that range)
+        kp = bytearray()
+        kp_encode_varint(value, kp.append)
+        assert bytes(kp) == enc, value
+        assert kp_decode_varint(enc, 0) == (value, len(enc)), value
+        # the numba decoder
+        arr = np.frombuffer(enc + b"\x00", dtype=np.uint8)
+        got, nxt, err = k._varint(arr, 0, len(arr), 5)
+        assert (int(got), int(nxt), int(err)) == (value, len(enc), k.REC_OK), value
 
 
-@pytest.mark.parametrize("value", INT64_EDGES)
-def test_varlong_edges(value: int) -> None:
-    out = bytearray()
-    write_varlong(value, out)
-    enc = bytes(out)
-    assert enc == _reference_varint(value, 64)
-    assert len(enc) == varint_size(value) <= 10
-    assert read_varlong(enc, 0) == (value, len(enc))
-    kp = bytearray()
-    kp_encode_varint(value, kp.append)
-    assert bytes(kp) == enc
-    arr = np.frombuffer(enc, dtype=np.uint8)
-    got, nxt, err = k._varint(arr, 0, len(arr), 10)
-    assert (int(got), int(nxt), int(err)) == (value, len(enc), k.REC_OK)
+def test_varlong_edges() -> None:
+    for value in INT64_EDGES:
+        out = bytearray()
+        write_varlong(value, out)
+        enc = bytes(out)
+        assert enc == _reference_varint(value, 64), value
+        assert len(enc) == varint_size(value) <= 10, value
+        assert read_varlong(enc, 0) == (value, len(enc)), value
+        kp = bytearray()
+        kp_encode_varint(value, kp.append)
+        assert bytes(kp) == enc, value
+        arr = np.frombuffer(enc, dtype=np.uint8)
+        got, nxt, err = k._varint(arr, 0, len(arr), 10)
+        assert (int(got), int(nxt), int(err)) == (value, len(enc), k.REC_OK), value
 
 
 @pytest.mark.parametrize("value", [INT32_MAX + 1, INT32_MIN - 1, 2**40, -(2**63)])
@@ -424,7 +451,9 @@ def test_kernel_decodes_edge_fields(codec: Compression) -> None:
         vlen = LENGTH_EDGES[(i + 3) % len(LENGTH_EDGES)]
         value = None if i % 7 == 0 else bytes([i % 251]) * vlen
         nh = 64 if i == 5 else i % 3
-        headers = tuple((f"h{j}", None if j % 2 else b"v" * (64 if j == 0 else j)) for j in range(nh))
+        headers = tuple(
+            (f"h{j}", None if j % 2 else b"v" * (64 if j == 0 else j)) for j in range(nh)
+        )
         records.append(
             Record(
                 base_offset + off_deltas[i],
@@ -470,12 +499,12 @@ def test_murmur3_empty_key_is_zero() -> None:
     assert (int(h1), int(h2)) == (0, 0) == _mmh3_pair(b"")
 
 
-@pytest.mark.parametrize("length", range(65))
-def test_murmur3_every_tail_length(length: int) -> None:
-    key = bytes((i * 37 + length) % 256 for i in range(length))
-    arr = np.frombuffer(key, dtype=np.uint8) if key else np.zeros(0, dtype=np.uint8)
-    h1, h2 = k.murmur3_128(arr, 0, length)
-    assert (int(h1), int(h2)) == _mmh3_pair(key)
+def test_murmur3_every_tail_length() -> None:
+    for length in range(65):
+        key = bytes((i * 37 + length) % 256 for i in range(length))
+        arr = np.frombuffer(key, dtype=np.uint8) if key else np.zeros(0, dtype=np.uint8)
+        h1, h2 = k.murmur3_128(arr, 0, length)
+        assert (int(h1), int(h2)) == _mmh3_pair(key), length
 
 
 @SETTINGS

@@ -173,6 +173,8 @@ def batch_payload(arr: U8, row: npt.NDArray[np.int64]) -> bytes | memoryview:
     codec = Compression(int(row[k.B_ATTRIBUTES]) & ATTR_CODEC_MASK)
     if codec == Compression.NONE:
         return data
+    if int(row[k.B_COUNT]) == 0:
+        return b""  # Kafka never decompresses a batch with no records (DefaultRecordBatch.iterator)
     return decompress(codec, bytes(data))
 
 
@@ -224,7 +226,7 @@ def index_batches(buf: Buffer, batches: I64, *, path: str | None = None) -> tupl
     if err == k.REC_OK and records.shape[0]:
         # The kernel reads -1 as "not LogAppendTime"; a LogAppendTime batch whose maxTimestamp
         # is -1 must still give every record -1, as Kafka's reader does.
-        lat_unset = (batches[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE != 0) & (
+        lat_unset = ((batches[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE) != 0) & (
             batches[:, k.B_MAX_TIMESTAMP] == -1
         )
         if lat_unset.any():

@@ -1,0 +1,84 @@
+"""The package stays ruff-clean, mypy-strict, and its layers import only downwards."""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "cleanerd"
+# layer -> packages it must not import (DESIGN.md: imports only go downwards)
+FORBIDDEN = {
+    "format": (
+        "asyncio",
+        "cleanerd.storage",
+        "cleanerd.compaction",
+        "cleanerd.snapshot",
+        "cleanerd.spark",
+        "cleanerd.service",
+        "cleanerd.cli",
+        "click",
+        "rich",
+    ),
+    "storage": (
+        "asyncio",
+        "cleanerd.compaction",
+        "cleanerd.snapshot",
+        "cleanerd.spark",
+        "cleanerd.service",
+        "cleanerd.cli",
+        "click",
+        "rich",
+    ),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_layers_import_only_downwards() -> None:
+    problems = []
+    for layer, forbidden in FORBIDDEN.items():
+        for path in sorted((PACKAGE / layer).rglob("*.py")):
+            for name in _imports(path):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    problems.append(f"{path.relative_to(REPO)} imports {name}")
+    assert problems == []
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=str(Path(sys.executable).parent))
+    assert found, f"{name} is not installed next to {sys.executable} (pip install -e '.[dev]')"
+    return found
+
+
+def test_ruff_clean() -> None:
+    result = subprocess.run(
+        [_tool("ruff"), "check", "cleanerd", "tests", "bench"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_strict_clean() -> None:
+    result = subprocess.run(
+        [_tool("mypy")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
