@@ -4,10 +4,10 @@ Run ``.venv/bin/python bench/scan.py [--records N] [--out DIR] [--repeat R] [--c
 
 It builds (once; cached in ``--out`` under a directory named after the parameters) a segment of
 ``N`` records: keys ``key-%06d`` drawn with a seeded RNG from ``--keys`` distinct ones,
-``--value-bytes`` values (JSON-like prefix + random hex digits, so lz4/zstd compress them about
-2x), ``--batch-records`` records per batch, one file per codec. Then, on the mmapped file, it
-measures (best of ``--repeat`` timed runs after one untimed warm-up run, so numba's JIT compile
-or cache load and first-touch page faults are excluded):
+``--value-bytes`` values (JSON-like prefix + random hex digits: lz4 compresses the segment
+~1.5x, zstd ~2.6x), ``--batch-records`` records per batch, one file per codec. Then, on the
+mmapped file, it measures (best of ``--repeat`` timed runs after one untimed warm-up run, so
+numba's JIT compile or cache load and first-touch page faults are excluded):
 
 * ``walk_crc`` / ``walk_nocrc``: ``scan_batches`` with and without the CRC32C check; baseline
   kafka-python ``MemoryRecords.next_batch()`` reading ``base_offset`` (and ``validate_crc()``);
@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import mmap
 import os
 import platform
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -126,11 +129,20 @@ def build_segments(args: argparse.Namespace, codecs: list[Compression]) -> dict[
         log(f"  record generation {gen_seconds:.1f}s (shared by all codecs)")
     else:
         log(f"using cached segments in {directory}")
+    # build times live next to the segments, so cached runs still report them
+    sidecar = directory / "build.json"
+    try:
+        recorded = json.loads(sidecar.read_text())
+    except (OSError, ValueError):
+        recorded = {}
+    recorded.update({c.label: round(build_seconds[c], 2) for c in missing})
+    if missing:
+        sidecar.write_text(json.dumps(recorded, indent=1) + "\n")
     return {
         c.label: {
             "path": str(paths[c]),
             "bytes": paths[c].stat().st_size,
-            "build_batch_seconds": round(build_seconds[c], 2) if c in build_seconds else None,
+            "build_batch_seconds": recorded.get(c.label),
             "cached": c not in build_seconds,
         }
         for c in codecs
@@ -249,31 +261,48 @@ def breakdown(arr: np.ndarray, repeat: int) -> dict[str, float]:
     log_append = np.where(
         batches[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, batches[:, k.B_MAX_TIMESTAMP], -1
     )
-    index_args = (
-        payload,
-        np.ascontiguousarray(starts),
-        np.ascontiguousarray(ends),
-        np.ascontiguousarray(batches[:, k.B_BASE_OFFSET]),
-        np.ascontiguousarray(batches[:, k.B_BASE_TIMESTAMP]),
-        np.ascontiguousarray(batches[:, k.B_COUNT]),
-        np.ascontiguousarray(log_append),
-    )
+    columns = {
+        "buf": payload,
+        "starts": starts,
+        "ends": ends,
+        "base_offsets": batches[:, k.B_BASE_OFFSET],
+        "last_offsets": batches[:, k.B_LAST_OFFSET],
+        "base_timestamps": batches[:, k.B_BASE_TIMESTAMP],
+        "counts": batches[:, k.B_COUNT],
+        "log_append_times": log_append,
+    }
+    # pass the kernel the columns it names, so the breakdown follows changes to its signature
+    params = inspect.signature(getattr(k.index_records, "py_func", k.index_records)).parameters
+    index_args = tuple(np.ascontiguousarray(columns[name]) for name in params)
     records = k.index_records(*index_args)[0]
 
     stages["walk_batches_kernel"] = lambda: k.walk_batches(arr, 0, arr.shape[0])
     stages["scan_batches_nocrc"] = lambda: scan_batches(arr, check_crc=False)
-    stages["crc_python_loop"] = crc_loop
+    stages["crc_loop_as_in_scan_batches"] = crc_loop
     stages["crc32c_whole_file_one_call"] = crc_only
     if compressed:
-        stages["decompress_and_join"] = payloads
-    stages["index_records_kernel"] = lambda: k.index_records(*index_args)
-    stages["check_record_offsets"] = lambda: reader._check_record_offsets(records, batches)
+        stages["decompress_and_join"] = payloads  # batch_payload per batch + b"".join
+    stages["index_records"] = lambda: k.index_records(*index_args)  # kernel + its allocation
+    check_offsets = getattr(reader, "_check_record_offsets", None)
+    if check_offsets is not None:  # the numpy record-offset check index_batches runs
+        stages["check_record_offsets"] = lambda: check_offsets(records, batches)
     stages["index_batches_total"] = lambda: index_batches(arr, batches)
-    stages["hash_keys_kernel"] = lambda: k.hash_keys(payload, records)
-    stages["np_empty_record_matrix_touch"] = lambda: np.ones(
-        (records.shape[0], k.RECORD_COLUMNS), dtype=np.int64
-    )
+    stages["hash_keys"] = lambda: k.hash_keys(payload, records)
+    shape = (records.shape[0], k.RECORD_COLUMNS)
+    # allocating + first-touching a record-matrix-sized array: numpy's allocator asks for
+    # transparent huge pages (madvise), numba's np.empty inside a kernel does not
+    stages["alloc_fill_record_matrix_numpy"] = lambda: np.empty(shape, dtype=np.int64).fill(0)
+    stages["alloc_fill_record_matrix_numba"] = lambda: _numba_alloc_fill(shape[0], shape[1])
     return {name: best_of(fn, repeat)[0] for name, fn in stages.items()}
+
+
+@numba.njit(nogil=True)
+def _numba_alloc_fill(rows: int, cols: int) -> int:
+    out = np.empty((rows, cols), dtype=np.int64)
+    for i in range(rows):
+        for j in range(cols):
+            out[i, j] = 0
+    return rows
 
 
 # --- timing -------------------------------------------------------------------------------------
@@ -324,6 +353,7 @@ def machine() -> dict[str, Any]:
             return None
 
     return {
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cpu_model": model,
@@ -337,6 +367,25 @@ def machine() -> dict[str, Any]:
         "crc32c": version("crc32c"),
         "lz4": version("lz4"),
         "zstandard": version("zstandard"),
+    }
+
+
+def source_version() -> dict[str, Any]:
+    """The commit measured, and whether cleanerd/ had uncommitted changes."""
+
+    def git(*cmd: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    status = git("status", "--porcelain", "--", "cleanerd")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "cleanerd_dirty": bool(status) if status is not None else None,
     }
 
 
@@ -361,53 +410,63 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def measure_codec(label: str, segment: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """All measurements on one segment file (mmapped read-only for the duration)."""
+    with open(segment["path"], "rb") as f:
+        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        return _measure_mapped(label, data, segment, args)
+    finally:
+        gc.collect()  # drop numpy views of the map so it can close
+        try:
+            data.close()
+        except BufferError:  # a view survived; the map is released at exit
+            log(f"{label}: mmap still exported, left open")
+
+
+def _measure_mapped(
+    label: str, data: mmap.mmap, segment: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
+    arr = as_uint8(data)
+    n_bytes = arr.shape[0]
+    log(f"{label}: {n_bytes / 1e6:.1f} MB, checking the segment decodes (and matches kafka-python)")
+    ours = digest_cleanerd(arr)
+    if not args.no_baseline:
+        theirs = digest_kafka(data)
+        if ours != theirs:
+            raise SystemExit(f"{label}: cleanerd and kafka-python disagree: {ours} {theirs}")
+    if ours["records"] != args.records:
+        raise SystemExit(f"{label}: expected {args.records} records, indexed {ours}")
+    n_batches, n_records = ours["batches"], ours["records"]
+    segment.update(batches=n_batches, records=n_records)
+    out: dict[str, Any] = {}
+    for name in MEASUREMENTS:
+        crc = name.endswith("_crc")
+        walk = name.startswith("walk")
+        log(f"{label}: {name}: cleanerd")
+        ours_fn = partial(cleanerd_walk if walk else cleanerd_index_hash, arr, crc)
+        sec, warm, _ = best_of(ours_fn, args.repeat)
+        entry: dict[str, Any] = {
+            "cleanerd": rates(sec, n_batches, n_records, n_bytes)
+            | {"warmup_seconds": round(warm, 4)}
+        }
+        if not args.no_baseline:
+            log(f"{label}: {name}: kafka-python")
+            theirs_fn = partial(kafka_walk if walk else kafka_index_hash, data, crc)
+            ksec, _, _ = best_of(theirs_fn, args.repeat)
+            entry["kafka_python"] = rates(ksec, n_batches, n_records, n_bytes)
+            entry["ratio"] = round(ksec / sec, 1)
+        out[name] = entry
+    log(f"{label}: stage breakdown")
+    out["breakdown_seconds"] = {s: round(v, 6) for s, v in breakdown(arr, args.repeat).items()}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     codecs = [Compression.from_label(c.strip()) for c in args.codecs.split(",") if c.strip()]
     segments = build_segments(args, codecs)
-    results: dict[str, Any] = {}
-    for codec in codecs:
-        label = codec.label
-        path = segments[label]["path"]
-        with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        arr = as_uint8(data)
-        n_bytes = arr.shape[0]
-        log(f"{label}: {n_bytes / 1e6:.1f} MB, verifying cleanerd against kafka-python")
-        ours = digest_cleanerd(arr)
-        if not args.no_baseline:
-            theirs = digest_kafka(data)
-            if ours != theirs:
-                raise SystemExit(f"{label}: cleanerd and kafka-python disagree: {ours} {theirs}")
-        if ours["records"] != args.records:
-            raise SystemExit(f"{label}: expected {args.records} records, indexed {ours}")
-        n_batches, n_records = ours["batches"], ours["records"]
-        segments[label].update(batches=n_batches, records=n_records)
-        per_codec: dict[str, Any] = {}
-        for name in MEASUREMENTS:
-            crc = name.endswith("_crc")
-            ours_fn = cleanerd_walk if name.startswith("walk") else cleanerd_index_hash
-            theirs_fn = kafka_walk if name.startswith("walk") else kafka_index_hash
-            log(f"{label}: {name}: cleanerd")
-            sec, warm, _ = best_of(lambda fn=ours_fn, c=crc: fn(arr, c), args.repeat)
-            entry: dict[str, Any] = {
-                "cleanerd": rates(sec, n_batches, n_records, n_bytes)
-                | {"warmup_seconds": round(warm, 4)}
-            }
-            if not args.no_baseline:
-                log(f"{label}: {name}: kafka-python")
-                ksec, _, _ = best_of(lambda fn=theirs_fn, c=crc: fn(data, c), args.repeat)
-                entry["kafka_python"] = rates(ksec, n_batches, n_records, n_bytes)
-                entry["ratio"] = round(ksec / sec, 1)
-            per_codec[name] = entry
-        log(f"{label}: stage breakdown")
-        per_codec["breakdown_seconds"] = {
-            s: round(v, 6) for s, v in breakdown(arr, args.repeat).items()
-        }
-        results[label] = per_codec
-        del arr  # release the buffer export before closing the map
-        gc.collect()
-        data.close()
+    results = {c.label: measure_codec(c.label, segments[c.label], args) for c in codecs}
 
     target: dict[str, Any] = {
         "index_hash_records_per_s_min": TARGET_RECORDS_PER_S,
@@ -425,6 +484,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "scan",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        "source": source_version(),
         "parameters": {
             "records": args.records,
             "keys": args.keys,

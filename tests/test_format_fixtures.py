@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import conftest
 import numpy as np
 import pytest
 
@@ -67,7 +68,9 @@ def _expected(kafka_fixtures: Path, name: str) -> dict[str, Any]:
 
 
 def test_fixture_directory_is_complete(kafka_fixtures: Path) -> None:
-    names = sorted(p.name.removesuffix(".expected.json") for p in kafka_fixtures.glob("*.expected.json"))
+    names = sorted(
+        p.name.removesuffix(".expected.json") for p in kafka_fixtures.glob("*.expected.json")
+    )
     assert set(PARTITIONS) <= set(names), names
     assert (kafka_fixtures / "small-gzip-hdr-tomb-0.dump.jsonl").is_file()
     for name in names:
@@ -146,11 +149,15 @@ def test_dump_matches_our_reading(
         }
         assert ours == line, f"batch {i}"
         # describe() (what `cleanerd dump` prints) agrees with the dump as well
-        assert h.describe() == {k_: v for k_, v in line.items() if k_ not in ("type", "position", "size")}
+        assert h.describe() == {
+            k_: v for k_, v in line.items() if k_ not in ("type", "position", "size")
+        }
 
     # records: in file order, each with its batch's fields
     current_batch = -1
-    for i, (line, rec, b) in enumerate(zip(record_lines, seg.records, seg.record_batch, strict=True)):
+    for i, (line, rec, b) in enumerate(
+        zip(record_lines, seg.records, seg.record_batch, strict=True)
+    ):
         where = f"record {i} (offset {line['offset']})"
         assert rec.offset == line["offset"], where
         assert rec.timestamp == line["timestamp"], where
@@ -257,8 +264,6 @@ def test_fixture_codecs(partitions: dict[str, list[Segment]]) -> None:
 
 
 def test_fixture_location_env_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import conftest
-
     monkeypatch.setenv("CLEANERD_FIXTURES", str(tmp_path))
     assert conftest.find_kafka_fixtures() == tmp_path
     monkeypatch.setenv("CLEANERD_FIXTURES", str(tmp_path / "missing"))
@@ -267,8 +272,6 @@ def test_fixture_location_env_override(monkeypatch: pytest.MonkeyPatch, tmp_path
 
 
 def test_missing_fixtures_fail_not_skip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import conftest
-
     monkeypatch.delenv("CLEANERD_FIXTURES", raising=False)
     monkeypatch.setattr(conftest, "_TESTS", tmp_path / "repo" / "tests")
     monkeypatch.setattr(conftest, "_REPO", tmp_path / "repo")

@@ -555,7 +555,7 @@ def test_lz4_frame_is_what_kafka_reads(data: bytes) -> None:
     assert frame[4] == 0x60  # version 01, independent blocks, no checksums, no content size
     assert frame[5] == 0x40  # 64 KiB max block
     assert frame[6] == LZ4_HC
-    assert LZ4_HC == (xxhash.xxh32(frame[4:6]).intdigest() >> 8) & 0xFF
+    assert (xxhash.xxh32(frame[4:6]).intdigest() >> 8) & 0xFF == LZ4_HC
     # every block decodes on its own (Kafka rejects linked blocks)
     out = b""
     for compressed, block in _lz4_blocks(frame):

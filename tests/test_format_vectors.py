@@ -233,7 +233,12 @@ def test_parse_commit_marker_vector() -> None:
 @pytest.mark.parametrize("epoch", [1, 7, 2**31 - 1, -1])
 def test_marker_coordinator_epoch_roundtrip(epoch: int) -> None:
     built = build_end_txn_marker(
-        commit=False, offset=3, timestamp=5, producer_id=1, producer_epoch=2, coordinator_epoch=epoch
+        commit=False,
+        offset=3,
+        timestamp=5,
+        producer_id=1,
+        producer_epoch=2,
+        coordinator_epoch=epoch,
     )
     (batch,) = list(iter_batches(built))
     assert batch.control_type() is ControlType.ABORT

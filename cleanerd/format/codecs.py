@@ -129,7 +129,11 @@ def decompress(codec: Compression, data: bytes) -> bytes:
         if codec == Compression.LZ4:
             return bytes(lz4.frame.decompress(data))
         if codec == Compression.ZSTD:
-            return bytes(_zstd_decompressor().decompressobj().decompress(data))
+            dobj = _zstd_decompressor().decompressobj()
+            out = bytes(dobj.decompress(data))
+            if not dobj.eof:  # a streaming decompressor returns what it has: a cut frame
+                raise CorruptRecordError("zstd payload is truncated (frame not finished)")
+            return out
     except (
         OSError,
         EOFError,

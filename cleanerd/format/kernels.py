@@ -71,6 +71,10 @@ REC_COUNT_MISMATCH = 4  # fewer records than the header's count, or bytes left o
 REC_BAD_LENGTH = 5  # a negative length other than -1, or a null header key
 REC_BAD_OFFSET = 6  # record offset outside its batch's range or not increasing (checked in numpy)
 
+# smallest record: length, attributes, timestamp delta, offset delta, key length, value length
+# and header count, one byte each
+MIN_RECORD_SIZE = 7
+
 
 @njit(inline="always", cache=True)
 def _i16(buf: Arr, p: int) -> Any:
@@ -295,7 +299,9 @@ def index_records(
     """
     total = 0
     for i in range(counts.shape[0]):
-        if counts[i] < 0:
+        # a record takes at least MIN_RECORD_SIZE bytes: a larger count is corrupt, and must not
+        # size the allocation below (a damaged count of 2^31 would ask for ~190 GB)
+        if counts[i] < 0 or counts[i] * MIN_RECORD_SIZE > ends[i] - starts[i]:
             return np.empty((0, RECORD_COLUMNS), dtype=np.int64), REC_COUNT_MISMATCH, i, starts[i]
         total += counts[i]
     out = np.empty((total, RECORD_COLUMNS), dtype=np.int64)

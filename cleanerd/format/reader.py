@@ -178,13 +178,16 @@ def batch_payload(arr: U8, row: npt.NDArray[np.int64]) -> bytes | memoryview:
     return decompress(codec, bytes(data))
 
 
-def index_batches(buf: Buffer, batches: I64, *, path: str | None = None) -> tuple[U8, I64]:
+def index_batches(
+    buf: Buffer, batches: I64, *, path: str | None = None, prev_last_offset: int = -1
+) -> tuple[U8, I64]:
     """Index every record of ``batches`` (rows of a scan of ``buf``).
 
     Returns ``(payload_buffer, records)``: when no batch is compressed the payload buffer is
     ``buf`` itself; otherwise payloads (decompressed where needed) are laid end to end in a new
     buffer. Record positions (``R_*_POS``) are positions in the returned buffer and ``R_BATCH``
-    is the batch's row in ``batches``. Raises CorruptRecordError naming the batch's position.
+    is the batch's row in ``batches``. Raises CorruptRecordError naming the batch's position;
+    its last good offset is ``prev_last_offset`` when the first batch is the bad one.
     """
     arr = as_uint8(buf)
     n = batches.shape[0]
@@ -199,11 +202,12 @@ def index_batches(buf: Buffer, batches: I64, *, path: str | None = None) -> tupl
             try:
                 parts.append(batch_payload(arr, batches[i]))
             except CorruptRecordError as e:
+                last_good = int(batches[i - 1, k.B_LAST_OFFSET]) if i else prev_last_offset
                 raise CorruptRecordError(
                     e.reason,
                     path=path,
                     position=int(batches[i, k.B_POS]),
-                    last_good_offset=int(batches[i - 1, k.B_LAST_OFFSET]) if i else -1,
+                    last_good_offset=last_good,
                 ) from e
         lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=n)
         ends = np.cumsum(lengths)
@@ -237,7 +241,7 @@ def index_batches(buf: Buffer, batches: I64, *, path: str | None = None) -> tupl
             f"{reason} (batch base offset {int(batches[bad, k.B_BASE_OFFSET])})",
             path=path,
             position=int(batches[bad, k.B_POS]),
-            last_good_offset=int(batches[bad - 1, k.B_LAST_OFFSET]) if bad else -1,
+            last_good_offset=int(batches[bad - 1, k.B_LAST_OFFSET]) if bad else prev_last_offset,
         )
     return payload, records
 
@@ -294,14 +298,22 @@ def records_from_index(payload: U8, records: I64) -> Iterator[Record]:
 class RecordBatch:
     """A view of one batch inside a buffer; decodes records only when asked."""
 
-    __slots__ = ("_arr", "_row", "header", "path", "position")
+    __slots__ = ("_arr", "_row", "header", "path", "position", "prev_last_offset")
 
-    def __init__(self, arr: U8, row: I64, header: BatchHeader, path: str | None) -> None:
+    def __init__(
+        self,
+        arr: U8,
+        row: I64,
+        header: BatchHeader,
+        path: str | None,
+        prev_last_offset: int = -1,
+    ) -> None:
         self._arr = arr
         self._row = row
         self.header = header
         self.position = int(row[k.B_POS])
         self.path = path
+        self.prev_last_offset = prev_last_offset  # for the error's last good offset
 
     @property
     def size(self) -> int:
@@ -314,7 +326,12 @@ class RecordBatch:
 
     def records(self) -> list[Record]:
         """Decode every record (decompressing if needed)."""
-        payload, index = index_batches(self._arr, self._row.reshape(1, -1), path=self.path)
+        payload, index = index_batches(
+            self._arr,
+            self._row.reshape(1, -1),
+            path=self.path,
+            prev_last_offset=self.prev_last_offset,
+        )
         index[:, k.R_BATCH] = 0
         if payload is not self._arr:
             return list(records_from_index(payload, index))
@@ -339,5 +356,6 @@ def iter_batches(
     arr = as_uint8(buf)
     scan = scan_batches(arr, start=start, end=end, path=path, check_crc=check_crc)
     for i in range(len(scan)):
-        yield RecordBatch(arr, scan.batches[i], scan.header(i), path)
+        prev = int(scan.batches[i - 1, k.B_LAST_OFFSET]) if i else -1
+        yield RecordBatch(arr, scan.batches[i], scan.header(i), path, prev)
     scan.raise_error()

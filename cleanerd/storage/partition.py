@@ -38,6 +38,7 @@ from cleanerd.storage.producer_state import ProducerState, scan_producer_state
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.swap import RecoveryReport, recover_temp_files, replace_segments
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.storage.txnindex import AbortedTxn
 
 
 def wall_clock_ms() -> int:
@@ -86,6 +87,7 @@ class PartitionLog:
         self.report = LoadReport()
         self._tail_checked = False
         self._epochs: list[tuple[int, int]] | None = None
+        self._txn_firsts: dict[int, int] | None = None  # producer id -> its open txn's first offset
         self.segments: list[LogSegment] = []
         self._load()
 
@@ -235,7 +237,10 @@ class PartitionLog:
                 log_append_time=log_append_time,
                 partition_leader_epoch=epoch,
             )
-            return self._append_bytes(data)
+            info = self._append_bytes(data)
+            if transactional and producer_id >= 0:
+                self._open_txns().setdefault(producer_id, info.first_offset)
+            return info
 
     def append_marker(
         self,
@@ -247,9 +252,10 @@ class PartitionLog:
         coordinator_epoch: int = 0,
         leader_epoch: int | None = None,
     ) -> AppendInfo:
-        """Append a COMMIT or ABORT marker for a producer's open transaction."""
+        """Append a COMMIT or ABORT marker; an ABORT gets its ``.txnindex`` entry, as in Kafka."""
         with self.writer_lock:
             offset = self._prepare_append()
+            txns = self._open_txns()  # before the append: the rescan must not see this marker
             data = build_end_txn_marker(
                 commit=commit,
                 offset=offset,
@@ -259,7 +265,14 @@ class PartitionLog:
                 coordinator_epoch=coordinator_epoch,
                 partition_leader_epoch=self._leader_epoch(leader_epoch, offset),
             )
-            return self._append_bytes(data)
+            info = self._append_bytes(data)
+            first = txns.pop(producer_id, None)
+            if not commit and first is not None:  # LSO then: oldest other open txn, else after us
+                lso = min(txns.values(), default=info.last_offset + 1)
+                self.active_segment.txn_index.append(
+                    AbortedTxn(producer_id, first, info.last_offset, lso)
+                )
+            return info
 
     def append_batches(self, data: bytes, *, leader_epoch: int | None = None) -> AppendInfo:
         """Append ready-made v2 batches (validated: CRC, lengths), moved to the log end."""
@@ -279,6 +292,7 @@ class PartitionLog:
                 out[pos + 12 : pos + 16] = epoch.to_bytes(4, "big", signed=True)
                 next_offset += int(b[i, k.B_LAST_OFFSET] - b[i, k.B_BASE_OFFSET]) + 1
             info = self._append_bytes(bytes(out))
+            self._txn_firsts = None  # may open or end transactions: rescan when next needed
             return AppendInfo(first, info.last_offset)
 
     def _prepare_append(self) -> int:
@@ -296,6 +310,17 @@ class PartitionLog:
                 seg.time_index.truncate_to(next_offset)
             self._tail_checked = True
         return seg.next_offset()
+
+    def _open_txns(self) -> dict[int, int]:
+        """Open transactions' first offsets: one log scan, then kept up to date by appends."""
+        if self._txn_firsts is None:
+            producers = self.producer_state().producers.values()
+            self._txn_firsts = {
+                p.producer_id: p.current_txn_first_offset
+                for p in producers
+                if p.current_txn_first_offset >= 0
+            }
+        return self._txn_firsts
 
     def _leader_epoch(self, requested: int | None, start_offset: int) -> int:
         """Current leader epoch; a new, higher one is recorded in ``leader-epoch-checkpoint``."""

@@ -1,0 +1,121 @@
+"""Read-only access to files on disk, and what kind of Kafka file a path is."""
+
+from __future__ import annotations
+
+import enum
+import mmap
+from pathlib import Path
+
+import numpy as np
+
+from cleanerd.format.reader import U8
+from cleanerd.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    OFFSET_CHECKPOINTS,
+    PARTITION_METADATA,
+    TMP_SUFFIX,
+)
+from cleanerd.storage.files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    SWAP_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    offset_from_name,
+)
+from cleanerd.storage.logdir import parse_partition_dir_name
+
+_TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
+_CHECKPOINT_NAMES = (*OFFSET_CHECKPOINTS, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)
+
+
+class FileKind(enum.Enum):
+    """What ``cleanerd dump`` can print."""
+
+    LOG = "log"
+    OFFSET_INDEX = "offset_index"
+    TIME_INDEX = "time_index"
+    TXN_INDEX = "txn_index"
+    CHECKPOINT = "checkpoint"
+    PARTITION_DIR = "partition_dir"
+
+
+class UnknownFileKindError(ValueError):
+    """The path is not a file ``dump`` understands (a usage error, not corrupt data)."""
+
+
+def map_readonly(path: Path) -> U8:
+    """The whole file as a read-only ``uint8`` array; mapped, so big segments cost no memory.
+
+    ``ACCESS_READ`` makes any write through the map fail, which is what keeps ``verify`` honest.
+    """
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        if size == 0:
+            return np.zeros(0, dtype=np.uint8)
+        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+    return np.frombuffer(mm, dtype=np.uint8)
+
+
+def strip_temp_suffix(name: str) -> str:
+    """``x.log.swap`` -> ``x.log``: leftovers of a swap are dumped like the file they became."""
+    for suffix in _TEMP_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def base_offset_of(path: Path) -> int | None:
+    """The segment base offset in a file name, or None when the name does not start with one."""
+    try:
+        return offset_from_name(path.name)
+    except ValueError:
+        return None
+
+
+def segment_logs(directory: Path) -> list[tuple[int, Path]]:
+    """``(base offset, path)`` of the live ``<offset>.log`` files of a partition dir, in order."""
+    found = []
+    for p in directory.iterdir():
+        if p.name.endswith(LOG_SUFFIX) and p.is_file():
+            base = base_offset_of(p)
+            if base is not None:
+                found.append((base, p))
+    return sorted(found)
+
+
+def classify(path: Path) -> FileKind:
+    """Decide how to dump ``path`` from its name (Kafka's files are named by kind).
+
+    Index files must be named by their base offset: their entries are relative to it.
+    """
+    if path.is_dir():
+        if segment_logs(path) or parse_partition_dir_name(path.name) is not None:
+            return FileKind.PARTITION_DIR
+        raise UnknownFileKindError(
+            f"{path} is a directory without segments and not named <topic>-<partition>; "
+            "pass a partition dir (use 'cleanerd verify' for a whole log dir)"
+        )
+    name = strip_temp_suffix(path.name)
+    if name.removesuffix(TMP_SUFFIX) in _CHECKPOINT_NAMES:
+        return FileKind.CHECKPOINT
+    if name.endswith(LOG_SUFFIX):
+        return FileKind.LOG
+    kinds = {
+        INDEX_SUFFIX: FileKind.OFFSET_INDEX,
+        TIME_INDEX_SUFFIX: FileKind.TIME_INDEX,
+        TXN_INDEX_SUFFIX: FileKind.TXN_INDEX,
+    }
+    for suffix, kind in kinds.items():
+        if name.endswith(suffix):
+            if base_offset_of(path) is None:
+                raise UnknownFileKindError(
+                    f"{path}: an index file name must start with the segment base offset"
+                )
+            return kind
+    raise UnknownFileKindError(
+        f"{path}: unknown file kind; expected a .log, .index, .timeindex or .txnindex file, "
+        f"a partition dir, or one of: {', '.join(_CHECKPOINT_NAMES)}"
+    )

@@ -1,0 +1,230 @@
+"""``cleanerd verify``: a full, read-only integrity check of a log dir or one partition dir.
+
+``PartitionLog`` is deliberately not used: opening it recovers interrupted swaps, truncates torn
+tails and rebuilds bad indexes, which would both modify the files and hide the very problems this
+is meant to report. Files are read directly (see ``segment_checks``); nothing is ever written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cleanerd.inspect.files import base_offset_of, segment_logs
+from cleanerd.inspect.segment_checks import Problem, SegmentResult, check_segment
+from cleanerd.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    OFFSET_CHECKPOINTS,
+    PARTITION_METADATA,
+    read_any_checkpoint,
+)
+from cleanerd.storage.errors import StorageError
+from cleanerd.storage.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+)
+from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
+from cleanerd.storage.swap import leftover_temp_files
+
+LOG_DIR = "log_dir"
+PARTITION_DIR = "partition_dir"
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+@dataclass
+class PartitionReport:
+    """One partition dir: its segments' results plus partition-level problems."""
+
+    name: str
+    path: Path
+    segments: list[SegmentResult] = field(default_factory=list)
+    own_problems: list[Problem] = field(default_factory=list)
+    own_notes: list[Problem] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.own_problems + [p for s in self.segments for p in s.problems]
+
+    @property
+    def notes(self) -> list[Problem]:
+        return self.own_notes + [n for s in self.segments for n in s.notes]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def first_offset(self) -> int | None:
+        return next((s.first_offset for s in self.segments if s.first_offset is not None), None)
+
+    @property
+    def last_offset(self) -> int | None:
+        offsets = [s.last_offset for s in self.segments if s.last_offset is not None]
+        return offsets[-1] if offsets else None
+
+    def summary(self) -> str:
+        """The per-partition line of the text report."""
+        state = "OK" if self.ok else f"{len(self.problems)} problem(s)"
+        batches = sum(s.batches for s in self.segments)
+        records = sum(s.records for s in self.segments)
+        span = (
+            "no records"
+            if self.first_offset is None
+            else f"offsets {self.first_offset}..{self.last_offset}"
+        )
+        notes = f", {len(self.notes)} note(s) (see --format json)" if self.notes else ""
+        return (
+            f"{self.name}: {state}: {len(self.segments)} segment(s), {batches} batch(es), "
+            f"{records} record(s), {span}{notes}"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "ok": self.ok,
+            "segments": len(self.segments),
+            "batches": sum(s.batches for s in self.segments),
+            "records": sum(s.records for s in self.segments),
+            "first_offset": self.first_offset,
+            "last_offset": self.last_offset,
+            "problems": [p.to_json() for p in self.problems],
+            "notes": [n.to_json() for n in self.notes],
+        }
+
+
+@dataclass
+class VerifyReport:
+    """The whole run: log-dir-level problems (checkpoints) and one report per partition."""
+
+    path: Path
+    kind: str
+    partitions: list[PartitionReport] = field(default_factory=list)
+    own_problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[Problem]:
+        return self.own_problems + [p for part in self.partitions for p in part.problems]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "path": str(self.path),
+            "kind": self.kind,
+            "ok": self.ok,
+            "problem_count": len(self.problems),
+            "problems": [p.to_json() for p in self.own_problems],
+            "partitions": [part.to_json() for part in self.partitions],
+        }
+
+    def text_lines(self) -> list[str]:
+        """One line per problem, a summary per partition, then a verdict (notes: JSON only)."""
+        lines = [f"{p.file}: {p.check}: {p.message}" for p in self.own_problems]
+        for part in self.partitions:
+            lines += [f"{p.file}: {p.check}: {p.message}" for p in part.problems]
+            lines.append(part.summary())
+        count = len(self.problems)
+        verdict = "OK" if self.ok else f"{count} problem(s) found"
+        lines.append(f"verify {self.path}: {verdict} ({len(self.partitions)} partition(s))")
+        return lines
+
+
+def looks_like_partition_dir(path: Path) -> bool:
+    """A dir holding segments is a partition dir, one holding partition dirs is a log dir; an
+    empty one (or one with only swap leftovers) is a partition dir if its name says so."""
+    if segment_logs(path):
+        return True
+    if _has_partitions(path):
+        return False
+    return bool(leftover_temp_files(path)) or parse_partition_dir_name(path.name) is not None
+
+
+def _has_partitions(path: Path) -> bool:
+    return any(p.is_dir() and parse_partition_dir_name(p.name) for p in path.iterdir())
+
+
+def verify_path(path: Path) -> VerifyReport:
+    """Verify a log dir (all partitions and its checkpoints) or a single partition dir."""
+    if looks_like_partition_dir(path):
+        return VerifyReport(path, PARTITION_DIR, [verify_partition(path)])
+    report = VerifyReport(path, LOG_DIR)
+    for name in OFFSET_CHECKPOINTS:
+        problem = _checkpoint_problem(path / name)
+        if problem is not None:
+            report.own_problems.append(problem)
+    log_dir = LogDir(path)
+    for tp in log_dir.partitions():
+        report.partitions.append(verify_partition(path / tp.dir_name))
+    return report
+
+
+def _checkpoint_problem(path: Path) -> Problem | None:
+    if not path.exists():
+        return None
+    try:
+        read_any_checkpoint(path)
+    except StorageError as exc:
+        return Problem(str(path), "checkpoint", str(exc))
+    return None
+
+
+def verify_partition(directory: Path) -> PartitionReport:
+    """Every check of one partition dir, in segment order, without opening it as a log."""
+    report = PartitionReport(directory.name, directory)
+    for leftover in leftover_temp_files(directory):
+        report.own_problems.append(
+            Problem(
+                str(leftover),
+                "interrupted-swap",
+                "interrupted swap; opening the log will recover it",
+            )
+        )
+    for name in (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA):
+        problem = _checkpoint_problem(directory / name)
+        if problem is not None:
+            report.own_problems.append(problem)
+    logs = segment_logs(directory)
+    bases = {base for base, _ in logs}
+    for p in sorted(directory.iterdir()):
+        if p.name.endswith(LOG_SUFFIX) and base_offset_of(p) is None:
+            report.own_problems.append(
+                Problem(str(p), "file-name", "a .log file name must be a 20-digit base offset")
+            )
+        elif p.name.endswith(_INDEX_SUFFIXES) and base_offset_of(p) not in bases:
+            report.own_problems.append(
+                Problem(str(p), "orphan-index", "index file without its .log (Kafka deletes it)")
+            )
+    for base, log in logs:
+        try:
+            report.segments.append(check_segment(directory, base))
+        except OSError as exc:
+            report.own_problems.append(Problem(str(log), "unreadable", str(exc)))
+    _check_across_segments(report)
+    return report
+
+
+def _check_across_segments(report: PartitionReport) -> None:
+    """Offsets increase across segments: each segment's offsets stay below the next base.
+
+    With ``check_segment``'s "first batch >= base offset" this also makes every segment's first
+    offset exceed the previous segment's last one.
+    """
+    prev_last: int | None = None  # last offset of the last segment that had batches
+    prev_path: Path | None = None
+    for seg in report.segments:
+        if prev_last is not None and prev_path is not None and prev_last >= seg.base_offset:
+            report.own_problems.append(
+                Problem(
+                    str(prev_path),
+                    "offsets",
+                    f"last offset {prev_last} is not below the base offset "
+                    f"{seg.base_offset} of the next segment {seg.path.name}",
+                )
+            )
+        if seg.last_offset is not None:
+            prev_last, prev_path = seg.last_offset, seg.path
