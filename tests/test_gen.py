@@ -436,3 +436,33 @@ def test_real_process(tmp_path: Path) -> None:
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, timeout=120, check=False)
     assert again.returncode == 1
     assert "--append" in again.stderr
+
+
+def test_gen_refuses_a_log_dir_locked_by_another_process(tmp_path: Path) -> None:
+    """A broker holds ``.lock`` with a POSIX record lock; gen must not write under it."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time\n"
+            f"f = open({str(logdir / '.lock')!r}, 'a+')\n"
+            "fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "print('locked', flush=True)\n"
+            "time.sleep(30)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
+        result = CliRunner().invoke(gen, [str(logdir), "--records", "10"])
+        assert result.exit_code == 1
+        assert "lock" in result.output.lower()
+        assert str(holder.pid) in result.output
+        assert not (logdir / "demo-0").exists()
+    finally:
+        holder.kill()
+        holder.wait()

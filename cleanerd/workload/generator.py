@@ -16,6 +16,7 @@ import numpy as np
 
 from cleanerd.format import kernels as k
 from cleanerd.storage.files import LOG_SUFFIX
+from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.workload.producers import Producer, begin_if_idle, make_producers
@@ -60,11 +61,13 @@ def generate(logdir: Path, spec: WorkloadSpec, progress: Progress | None = None)
     """Write every partition of the spec (one after another) and describe what was written."""
     logdir = Path(logdir)
     check_target(logdir, spec)
+    logdir.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    results = [
-        write_partition(directory, p, spec, progress)
-        for p, directory in enumerate(partition_dirs(logdir, spec))
-    ]
+    with LogDir(logdir).locked():  # a broker (or another cleanerd) owning the dir is refused
+        results = [
+            write_partition(directory, p, spec, progress)
+            for p, directory in enumerate(partition_dirs(logdir, spec))
+        ]
     return WorkloadResult(str(logdir), spec, results, time.perf_counter() - started)
 
 
