@@ -23,15 +23,13 @@ from cleanerd.format.codecs import Compression
 from cleanerd.format.reader import RecordBatch, scan_batches
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import (
-    LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    read_leader_epoch_checkpoint,
     read_offset_checkpoint,
-    write_leader_epoch_checkpoint,
 )
 from cleanerd.storage.errors import CorruptIndexError, StorageError
 from cleanerd.storage.files import LOG_SUFFIX, offset_from_name
+from cleanerd.storage.leader_epoch import LeaderEpochCache
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState, scan_producer_state
@@ -86,7 +84,7 @@ class PartitionLog:
         self.writer_lock = threading.RLock()
         self.report = LoadReport()
         self._tail_checked = False
-        self._epochs: list[tuple[int, int]] | None = None
+        self.leader_epochs = LeaderEpochCache(self.directory)
         self._txn_firsts: dict[int, int] | None = None  # producer id -> its open txn's first offset
         self.segments: list[LogSegment] = []
         self._load()
@@ -226,7 +224,7 @@ class PartitionLog:
                 )
                 for i, r in enumerate(records)
             ]
-            epoch = self._leader_epoch(leader_epoch, first)
+            epoch = self.leader_epochs.assign(leader_epoch, first)
             data = build_batch(
                 placed,
                 compression=compression,
@@ -263,7 +261,7 @@ class PartitionLog:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 coordinator_epoch=coordinator_epoch,
-                partition_leader_epoch=self._leader_epoch(leader_epoch, offset),
+                partition_leader_epoch=self.leader_epochs.assign(leader_epoch, offset),
             )
             info = self._append_bytes(data)
             first = txns.pop(producer_id, None)
@@ -284,7 +282,7 @@ class PartitionLog:
             next_offset = self._prepare_append()
             out = bytearray(data)
             b = scan.batches
-            epoch = self._leader_epoch(leader_epoch, next_offset)
+            epoch = self.leader_epochs.assign(leader_epoch, next_offset)
             first = next_offset
             for i in range(len(scan)):
                 pos = int(b[i, k.B_POS])
@@ -321,18 +319,6 @@ class PartitionLog:
                 if p.current_txn_first_offset >= 0
             }
         return self._txn_firsts
-
-    def _leader_epoch(self, requested: int | None, start_offset: int) -> int:
-        """Current leader epoch; a new, higher one is recorded in ``leader-epoch-checkpoint``."""
-        path = self.directory / LEADER_EPOCH_CHECKPOINT
-        if self._epochs is None:
-            self._epochs = read_leader_epoch_checkpoint(path) if path.exists() else []
-        latest = self._epochs[-1][0] if self._epochs else -1
-        epoch = max(latest, 0) if requested is None else requested
-        if epoch > latest:
-            self._epochs.append((epoch, start_offset))
-            write_leader_epoch_checkpoint(path, self._epochs)
-        return epoch
 
     def _append_bytes(self, data: bytes) -> AppendInfo:
         scan = scan_batches(data, path="<append>")
