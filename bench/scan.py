@@ -335,7 +335,7 @@ def rates(seconds: float, n_batches: int, n_records: int, n_bytes: int) -> dict[
     }
 
 
-def machine() -> dict[str, Any]:
+def machine(load_at_start: tuple[float, float, float]) -> dict[str, Any]:
     model = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:
@@ -353,7 +353,8 @@ def machine() -> dict[str, Any]:
             return None
 
     return {
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "load_average_at_start": [round(x, 2) for x in load_at_start],
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "cpu_model": model,
@@ -466,6 +467,7 @@ def _measure_mapped(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    load_at_start = os.getloadavg()
     codecs = [Compression.from_label(c.strip()) for c in args.codecs.split(",") if c.strip()]
     segments = build_segments(args, codecs)
     results = {c.label: measure_codec(c.label, segments[c.label], args) for c in codecs}
@@ -485,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "benchmark": "scan",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
+        "machine": machine(load_at_start),
         "source": source_version(),
         "parameters": {
             "records": args.records,

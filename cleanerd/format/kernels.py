@@ -69,20 +69,20 @@ REC_OUT_OF_BOUNDS = 2
 REC_LENGTH_MISMATCH = 3  # fields do not end where the record's length says
 REC_COUNT_MISMATCH = 4  # fewer records than the header's count, or bytes left over
 REC_BAD_LENGTH = 5  # a negative length other than -1, or a null header key
-REC_BAD_OFFSET = 6  # record offset outside its batch's range or not increasing (checked in numpy)
+REC_BAD_OFFSET = 6  # record offset outside its batch's range or not increasing
 
 # smallest record: length, attributes, timestamp delta, offset delta, key length, value length
 # and header count, one byte each
 MIN_RECORD_SIZE = 7
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _i16(buf: Arr, p: int) -> Any:
     v = (np.int64(buf[p]) << 8) | np.int64(buf[p + 1])
     return v - 65536 if v >= 32768 else v
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _i32(buf: Arr, p: int) -> Any:
     v = (
         (np.int64(buf[p]) << 24)
@@ -93,7 +93,7 @@ def _i32(buf: Arr, p: int) -> Any:
     return v - 4294967296 if v >= 2147483648 else v
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _u32(buf: Arr, p: int) -> Any:
     return (
         (np.int64(buf[p]) << 24)
@@ -103,7 +103,7 @@ def _u32(buf: Arr, p: int) -> Any:
     )
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _i64(buf: Arr, p: int) -> Any:
     hi = np.uint64(_u32(buf, p))
     lo = np.uint64(_u32(buf, p + 4))
@@ -161,7 +161,7 @@ def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
     return out, p, code
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _varint(buf: Arr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
     """Zig-zag varint at ``p``: (value, next position, error code)."""
     raw = np.uint64(0)
@@ -180,91 +180,97 @@ def _varint(buf: Arr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
     return 0, p, REC_VARINT_TOO_LONG
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _index_one(
     buf: Arr,
     start: int,
     end: int,
     base_offset: int,
+    last_offset: int,
     base_timestamp: int,
     count: int,
     log_append_time: int,
     batch_row: int,
     out: Arr,
     row0: int,
-) -> tuple[int, int]:
+    prev_offset: int,
+) -> tuple[int, int, int]:
     p = start
     for r in range(count):
         if p >= end:
-            return REC_COUNT_MISMATCH, p
+            return REC_COUNT_MISMATCH, p, prev_offset
         rec_start = p
         length, p, err = _varint(buf, p, end, 5)
         if err != REC_OK:
-            return err, rec_start
+            return err, rec_start, prev_offset
         if length < 0:
-            return REC_BAD_LENGTH, rec_start
+            return REC_BAD_LENGTH, rec_start, prev_offset
         body_end = p + length
         if body_end > end:
-            return REC_OUT_OF_BOUNDS, rec_start
+            return REC_OUT_OF_BOUNDS, rec_start, prev_offset
         if p >= body_end:
-            return REC_LENGTH_MISMATCH, rec_start
+            return REC_LENGTH_MISMATCH, rec_start, prev_offset
         p += 1  # attributes: no bits defined, Kafka ignores them
         ts_delta, p, err = _varint(buf, p, body_end, 10)
         if err != REC_OK:
-            return err, rec_start
+            return err, rec_start, prev_offset
         off_delta, p, err = _varint(buf, p, body_end, 5)
         if err != REC_OK:
-            return err, rec_start
+            return err, rec_start, prev_offset
         key_len, p, err = _varint(buf, p, body_end, 5)
         if err != REC_OK:
-            return err, rec_start
+            return err, rec_start, prev_offset
         if key_len < -1:
-            return REC_BAD_LENGTH, rec_start
+            return REC_BAD_LENGTH, rec_start, prev_offset
         key_pos = p
         if key_len > 0:
             p += key_len
         if p > body_end:
-            return REC_OUT_OF_BOUNDS, rec_start
+            return REC_OUT_OF_BOUNDS, rec_start, prev_offset
         value_len, p, err = _varint(buf, p, body_end, 5)
         if err != REC_OK:
-            return err, rec_start
+            return err, rec_start, prev_offset
         if value_len < -1:
-            return REC_BAD_LENGTH, rec_start
+            return REC_BAD_LENGTH, rec_start, prev_offset
         value_pos = p
         if value_len > 0:
             p += value_len
         if p > body_end:
-            return REC_OUT_OF_BOUNDS, rec_start
+            return REC_OUT_OF_BOUNDS, rec_start, prev_offset
         n_headers, p, err = _varint(buf, p, body_end, 5)
         if err != REC_OK:
-            return err, rec_start
+            return err, rec_start, prev_offset
         if n_headers < 0:
-            return REC_BAD_LENGTH, rec_start
+            return REC_BAD_LENGTH, rec_start, prev_offset
         headers_pos = p
         for _h in range(n_headers):
             hk, p, err = _varint(buf, p, body_end, 5)
             if err != REC_OK:
-                return err, rec_start
+                return err, rec_start, prev_offset
             if hk < 0:
-                return REC_BAD_LENGTH, rec_start
+                return REC_BAD_LENGTH, rec_start, prev_offset
             p += hk
             if p > body_end:
-                return REC_OUT_OF_BOUNDS, rec_start
+                return REC_OUT_OF_BOUNDS, rec_start, prev_offset
             hv, p, err = _varint(buf, p, body_end, 5)
             if err != REC_OK:
-                return err, rec_start
+                return err, rec_start, prev_offset
             if hv < -1:
-                return REC_BAD_LENGTH, rec_start
+                return REC_BAD_LENGTH, rec_start, prev_offset
             if hv > 0:
                 p += hv
             if p > body_end:
-                return REC_OUT_OF_BOUNDS, rec_start
+                return REC_OUT_OF_BOUNDS, rec_start, prev_offset
         if p != body_end:
-            return REC_LENGTH_MISMATCH, rec_start
+            return REC_LENGTH_MISMATCH, rec_start, prev_offset
+        offset = base_offset + off_delta
+        if offset < base_offset or offset > last_offset or offset <= prev_offset:
+            return REC_BAD_OFFSET, rec_start, prev_offset
+        prev_offset = offset
         row = row0 + r
         out[row, R_POS] = rec_start
         out[row, R_SIZE] = body_end - rec_start
-        out[row, R_OFFSET] = base_offset + off_delta
+        out[row, R_OFFSET] = offset
         out[row, R_TIMESTAMP] = (
             log_append_time if log_append_time != -1 else base_timestamp + ts_delta
         )
@@ -276,53 +282,89 @@ def _index_one(
         out[row, R_HEADER_COUNT] = n_headers
         out[row, R_BATCH] = batch_row
     if p != end:
-        return REC_COUNT_MISMATCH, p
-    return REC_OK, p
+        return REC_COUNT_MISMATCH, p, prev_offset
+    return REC_OK, p, prev_offset
 
 
 @njit(nogil=True, cache=True)
-def index_records(
+def index_records_into(
     buf: Arr,
     starts: Arr,
     ends: Arr,
     base_offsets: Arr,
+    last_offsets: Arr,
     base_timestamps: Arr,
     counts: Arr,
     log_append_times: Arr,
-) -> tuple[Arr, int, int, int]:
-    """Index the records of many uncompressed payloads ``buf[starts[i]:ends[i]]``.
+    out: Arr,
+) -> tuple[int, int, int, int]:
+    """Index the records of many uncompressed payloads ``buf[starts[i]:ends[i]]`` into ``out``.
 
+    ``out`` has ``sum(counts)`` rows (counts already checked by ``index_records``).
     ``log_append_times[i]`` is the batch max timestamp for LogAppendTime batches (every record
-    takes it, as Kafka's reader does) and -1 otherwise. Returns ``(records, error, batch, pos)``:
-    one row per record (columns ``R_*``), and on failure the ``REC_*`` code, the failing batch
-    row and the byte position in ``buf``.
+    takes it, as Kafka's reader does) and -1 otherwise. Record offsets must lie in
+    ``[base_offsets[i], last_offsets[i]]`` and increase. Returns ``(rows, error, batch, pos)``:
+    rows filled, and on failure the ``REC_*`` code, the failing batch row and the byte position.
     """
-    total = 0
-    for i in range(counts.shape[0]):
-        # a record takes at least MIN_RECORD_SIZE bytes: a larger count is corrupt, and must not
-        # size the allocation below (a damaged count of 2^31 would ask for ~190 GB)
-        if counts[i] < 0 or counts[i] * MIN_RECORD_SIZE > ends[i] - starts[i]:
-            return np.empty((0, RECORD_COLUMNS), dtype=np.int64), REC_COUNT_MISMATCH, i, starts[i]
-        total += counts[i]
-    out = np.empty((total, RECORD_COLUMNS), dtype=np.int64)
     row = 0
+    prev = base_offsets[0] - 1 if counts.shape[0] else 0
     for i in range(counts.shape[0]):
-        err, pos = _index_one(
+        err, pos, prev = _index_one(
             buf,
             starts[i],
             ends[i],
             base_offsets[i],
+            last_offsets[i],
             base_timestamps[i],
             counts[i],
             log_append_times[i],
             i,
             out,
             row,
+            prev,
         )
         if err != REC_OK:
-            return out[:row], err, i, pos
+            return row, err, i, pos
         row += counts[i]
-    return out, REC_OK, -1, -1
+    return row, REC_OK, -1, -1
+
+
+def index_records(
+    buf: Arr,
+    starts: Arr,
+    ends: Arr,
+    base_offsets: Arr,
+    last_offsets: Arr,
+    base_timestamps: Arr,
+    counts: Arr,
+    log_append_times: Arr,
+) -> tuple[Arr, int, int, int]:
+    """Index the records of many payloads: ``(records, error, batch, pos)``.
+
+    One row per record (columns ``R_*``); on failure the ``REC_*`` code, the failing batch row and
+    the byte position in ``buf``. The matrix is allocated here, by numpy, not in the kernel:
+    numpy asks for transparent huge pages (madvise) and numba's ``np.empty`` does not, and on
+    4 KiB pages the page faults of an 88-byte-per-record matrix cost as much as the indexing.
+    """
+    # a record takes at least MIN_RECORD_SIZE bytes: a larger count is corrupt, and must not
+    # size the allocation below (a damaged count of 2^31 would ask for ~190 GB)
+    bad = (counts < 0) | (counts * MIN_RECORD_SIZE > ends - starts)
+    if bad.any():
+        i = int(np.argmax(bad))
+        return np.empty((0, RECORD_COLUMNS), dtype=np.int64), REC_COUNT_MISMATCH, i, int(starts[i])
+    out = np.empty((int(counts.sum()), RECORD_COLUMNS), dtype=np.int64)
+    rows, err, batch, pos = index_records_into(
+        buf,
+        starts,
+        ends,
+        base_offsets,
+        last_offsets,
+        base_timestamps,
+        counts,
+        log_append_times,
+        out,
+    )
+    return out[:rows], int(err), int(batch), int(pos)
 
 
 # --- MurmurHash3 x64 128 ------------------------------------------------------------------------
@@ -332,12 +374,12 @@ _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _rotl(x: np.uint64, r: int) -> np.uint64:
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _fmix(k: np.uint64) -> np.uint64:
     k ^= k >> np.uint64(33)
     k *= _M1
@@ -347,7 +389,7 @@ def _fmix(k: np.uint64) -> np.uint64:
     return k
 
 
-@njit(inline="always", cache=True)
+@njit(cache=True)
 def _le64(buf: Arr, p: int) -> np.uint64:
     v = np.uint64(0)
     for i in range(8):
@@ -408,14 +450,21 @@ def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
 
 
 @njit(nogil=True, cache=True)
-def hash_keys(buf: Arr, records: Arr) -> Arr:
-    """128-bit hash of every record's key as a ``uint64[n, 2]`` (zeros for null keys)."""
-    n = records.shape[0]
-    out = np.zeros((n, 2), dtype=np.uint64)
-    for i in range(n):
+def hash_keys_into(buf: Arr, records: Arr, out: Arr) -> None:
+    """128-bit hash of every record's key into ``out`` (``uint64[n, 2]``; zeros for null keys)."""
+    for i in range(records.shape[0]):
         klen = records[i, R_KEY_LEN]
         if klen >= 0:
             h1, h2 = murmur3_128(buf, records[i, R_KEY_POS], klen)
-            out[i, 0] = h1
-            out[i, 1] = h2
+        else:
+            h1 = np.uint64(0)
+            h2 = np.uint64(0)
+        out[i, 0] = h1
+        out[i, 1] = h2
+
+
+def hash_keys(buf: Arr, records: Arr) -> Arr:
+    """128-bit hash of every record's key as a ``uint64[n, 2]`` (zeros for null keys)."""
+    out = np.empty((records.shape[0], 2), dtype=np.uint64)
+    hash_keys_into(buf, records, out)
     return out
