@@ -16,6 +16,7 @@ from pathlib import Path
 
 import click
 
+from cleanerd.cli.options import format_option
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.dump import DumpError, JsonLines, dump_file, files_to_dump
 from cleanerd.inspect.files import FileKind, UnknownFileKindError, base_offset_of, classify
@@ -68,14 +69,7 @@ def _dump_one(path: Path, kind: FileKind, *, fmt: str, batches: bool, values: bo
     type=click.Path(exists=True, path_type=Path),
 )
 @click.option("--batches", is_flag=True, help="Also print one line per batch (header fields).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: kafka-dump-log style lines; json: one JSON object per line.",
-)
+@format_option("text: kafka-dump-log style lines; json: one JSON object per line.")
 @click.option("--values", is_flag=True, help="Also print record values (UTF-8 text or hex).")
 def dump(paths: tuple[Path, ...], batches: bool, fmt: str, values: bool) -> None:
     """Print the contents of Kafka log files.

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
+from cleanerd.cli.options import format_option
 from cleanerd.storage.errors import StorageError
 from cleanerd.workload import (
     PartitionResult,
@@ -99,14 +100,7 @@ def _with_options(func: Any) -> Any:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("logdir", type=click.Path(file_okay=False, path_type=Path))
 @_with_options
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(("text", "json")),
-    default="text",
-    show_default=True,
-    help="text: a table; json: one JSON document on stdout.",
-)
+@format_option("text: a table; json: one JSON document on stdout.", dest="output_format")
 @click.option(
     "--expected",
     "expected_file",

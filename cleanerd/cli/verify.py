@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from cleanerd.cli.options import format_option
 from cleanerd.inspect.verify import verify_path
 
 
@@ -19,14 +20,7 @@ from cleanerd.inspect.verify import verify_path
     "path",
     type=click.Path(exists=True, file_okay=False, dir_okay=True, path_type=Path),
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: one line per problem and a summary per partition; json: one document.",
-)
+@format_option("text: one line per problem and a summary per partition; json: one document.")
 def verify(path: Path, fmt: str) -> None:
     """Check every file of LOGDIR or PARTITION_DIR without modifying anything.
 
