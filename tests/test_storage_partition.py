@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleanerd.format.builder import build_batch
+from cleanerd.format.builder import build_batch, finish_crc
 from cleanerd.format.codecs import Compression
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.records import Record
@@ -304,3 +304,28 @@ def test_segment_create_refuses_to_overwrite(tmp_path: Path) -> None:
     log = PartitionLog.create(tmp_path / "t-0")
     with pytest.raises(StorageError, match="already exists"):
         LogSegment.create(log.directory, 0, log.config)
+
+
+def test_record_level_corruption_names_the_last_good_offset(tmp_path: Path) -> None:
+    """A batch whose CRC is right but whose records do not decode (count too high)."""
+    log = PartitionLog.create(tmp_path / "t-0")
+    for i in range(4):
+        log.append([_rec(i)])
+    log.close()
+    path = log.active_segment.log_path
+    data = bytearray(path.read_bytes())
+    size = len(data) // 4
+    pos = size * 2
+    data[pos + 57 : pos + 61] = (2).to_bytes(4, "big")  # records count 2, one record present
+    finish_crc(memoryview(data)[pos : pos + size])  # type: ignore[arg-type]
+    path.write_bytes(bytes(data))
+    got: list[int] = []
+
+    def consume() -> None:
+        got.extend(r.offset for r in PartitionLog(log.directory).records())
+
+    with pytest.raises(CorruptRecordError, match="record count") as err:
+        consume()
+    assert got == [0, 1]
+    assert err.value.position == pos
+    assert err.value.last_good_offset == 1

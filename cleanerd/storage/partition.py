@@ -188,8 +188,10 @@ class PartitionLog:
         start = self.log_start_offset if start_offset is None else start_offset
         for seg in list(self.segments[self.segment_for(start) :]):
             arr, scan = seg.read_from(start)
+            b = scan.batches
             for i in range(len(scan)):
-                yield RecordBatch(arr, scan.batches[i], scan.header(i), str(seg.log_path))
+                prev = int(b[i - 1, k.B_LAST_OFFSET]) if i else -1
+                yield RecordBatch(arr, b[i], scan.header(i), str(seg.log_path), prev)
             scan.raise_error()
 
     def records(self, start_offset: int | None = None) -> Iterator[Record]:
