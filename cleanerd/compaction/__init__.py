@@ -1,0 +1,1 @@
+"""The compaction engine: plan, offset map, strategies, transactions, cleaner, swap, stats."""
