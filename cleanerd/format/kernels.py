@@ -8,6 +8,14 @@ in parallel, and are cached on disk (``cache=True``; see ``cleanerd._jitcache``)
 The key hash is MurmurHash3 x64 128 (seed 0), computed on the key bytes in place: 128 bits make a
 collision between two live keys (which would drop a record) vanishingly unlikely, and murmur3 is
 simple enough to run inside the kernels; ``mmh3.hash128(key, 0, True)`` gives the same value.
+The record index kernel can hash each key as it parses the record (``index_records_into`` with a
+``hashes`` array), which costs a few ns a record where a separate ``hash_keys`` pass re-reads the
+record matrix and the keys from memory.
+
+No kernel uses ``parallel=True``: the daemon calls kernels from several Python threads at once, and
+numba's default (workqueue) threading layer is not safe for that. Callers split the work instead
+(``reader.index_batches(threads=...)``): disjoint batch ranges on Python threads, each running a
+``nogil`` kernel into its own rows of one output matrix.
 """
 
 from __future__ import annotations
@@ -16,9 +24,35 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
+from numba import njit, types
+from numba.extending import intrinsic
 
 Arr = npt.NDArray[Any]
+Ptr = Any  # a numba CPointer(uint8) inside kernels (see _data_ptr)
+_CPointer: Any = types.CPointer
+
+
+def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
+    """Raw pointer to the data of a C-contiguous array, for per-record helpers.
+
+    A numba function that takes an array increfs and decrefs it (atomic operations on a count
+    shared by every thread) on each call, unless both get inlined and pruned, which fails for
+    helpers with loops and early returns. Per-record helpers (varints, murmur3) take this pointer
+    instead: it carries no reference count, and indexing it has no negative-index wraparound. The
+    array must outlive the pointer: take it in the kernel that holds the array for the whole call.
+    """
+    if not isinstance(arr, types.Array) or arr.layout != "C":
+        return None
+    sig = _CPointer(arr.dtype)(arr)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return context.make_array(arr)(context, builder, value=args[0]).data
+
+    return sig, codegen
+
+
+_data_ptr: Any = intrinsic(_data_ptr_typing)
+
 
 # --- batch matrix columns (walk_batches) ---------------------------------------------------------
 B_POS = 0  # byte position of the batch in the buffer
@@ -70,6 +104,9 @@ REC_LENGTH_MISMATCH = 3  # fields do not end where the record's length says
 REC_COUNT_MISMATCH = 4  # fewer records than the header's count, or bytes left over
 REC_BAD_LENGTH = 5  # a negative length other than -1, or a null header key
 REC_BAD_OFFSET = 6  # record offset outside its batch's range or not increasing
+
+# ``hashes`` argument of index_records_into that turns key hashing off
+NO_HASHES = np.empty((0, 2), dtype=np.uint64)
 
 # smallest record: length, attributes, timestamp delta, offset delta, key length, value length
 # and header count, one byte each
@@ -162,8 +199,8 @@ def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
 
 
 @njit(cache=True)
-def _varint(buf: Arr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
-    """Zig-zag varint at ``p``: (value, next position, error code)."""
+def _varint(buf: Ptr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
+    """Zig-zag varint at ``buf + p``: (value, next position, error code)."""
     raw = np.uint64(0)
     shift = np.uint64(0)
     for i in range(max_bytes):
@@ -182,7 +219,7 @@ def _varint(buf: Arr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
 
 @njit(cache=True)
 def _index_one(
-    buf: Arr,
+    buf: Ptr,
     start: int,
     end: int,
     base_offset: int,
@@ -191,10 +228,13 @@ def _index_one(
     count: int,
     log_append_time: int,
     batch_row: int,
-    out: Arr,
+    out: Ptr,
+    hashes: Ptr,
+    with_hashes: bool,
     row0: int,
     prev_offset: int,
 ) -> tuple[int, int, int]:
+    # out and hashes point to C-contiguous int64[:, RECORD_COLUMNS] and uint64[:, 2] matrices
     p = start
     for r in range(count):
         if p >= end:
@@ -268,19 +308,30 @@ def _index_one(
             return REC_BAD_OFFSET, rec_start, prev_offset
         prev_offset = offset
         row = row0 + r
-        out[row, R_POS] = rec_start
-        out[row, R_SIZE] = body_end - rec_start
-        out[row, R_OFFSET] = offset
-        out[row, R_TIMESTAMP] = (
+        o = row * RECORD_COLUMNS
+        out[o + R_POS] = rec_start
+        out[o + R_SIZE] = body_end - rec_start
+        out[o + R_OFFSET] = offset
+        out[o + R_TIMESTAMP] = (
             log_append_time if log_append_time != -1 else base_timestamp + ts_delta
         )
-        out[row, R_KEY_POS] = key_pos
-        out[row, R_KEY_LEN] = key_len
-        out[row, R_VALUE_POS] = value_pos
-        out[row, R_VALUE_LEN] = value_len
-        out[row, R_HEADERS_POS] = headers_pos
-        out[row, R_HEADER_COUNT] = n_headers
-        out[row, R_BATCH] = batch_row
+        out[o + R_KEY_POS] = key_pos
+        out[o + R_KEY_LEN] = key_len
+        out[o + R_VALUE_POS] = value_pos
+        out[o + R_VALUE_LEN] = value_len
+        out[o + R_HEADERS_POS] = headers_pos
+        out[o + R_HEADER_COUNT] = n_headers
+        out[o + R_BATCH] = batch_row
+        if with_hashes:
+            # hashed here, while the key's bytes are in cache: a separate pass (hash_keys) pays
+            # for re-reading the record matrix and every key from memory
+            if key_len >= 0:
+                h1, h2 = _murmur3_128(buf, key_pos, key_len)
+            else:
+                h1 = np.uint64(0)
+                h2 = np.uint64(0)
+            hashes[2 * row] = h1
+            hashes[2 * row + 1] = h2
     if p != end:
         return REC_COUNT_MISMATCH, p, prev_offset
     return REC_OK, p, prev_offset
@@ -297,20 +348,57 @@ def index_records_into(
     counts: Arr,
     log_append_times: Arr,
     out: Arr,
+    hashes: Arr,
+    first: int,
+    stop: int,
+    row0: int,
+    prev_offset: int,
 ) -> tuple[int, int, int, int]:
-    """Index the records of many uncompressed payloads ``buf[starts[i]:ends[i]]`` into ``out``.
+    """Index the records of payloads ``buf[starts[i]:ends[i]]``, ``first <= i < stop``.
 
-    ``out`` has ``sum(counts)`` rows (counts already checked by ``index_records``).
-    ``log_append_times[i]`` is the batch max timestamp for LogAppendTime batches (every record
-    takes it, as Kafka's reader does) and -1 otherwise. Record offsets must lie in
-    ``[base_offsets[i], last_offsets[i]]`` and increase. Returns ``(rows, error, batch, pos)``:
-    rows filled, and on failure the ``REC_*`` code, the failing batch row and the byte position.
+    Rows are written from ``row0`` on: the C-contiguous ``int64[:, RECORD_COLUMNS]`` matrix
+    ``out`` needs ``row0 + sum(counts[first:stop])`` rows (ValueError otherwise; counts already
+    checked by the caller, see ``bad_counts``). ``hashes`` is a C-contiguous ``uint64[:, 2]`` with
+    as many rows, which receives the key hash of each row (as ``hash_keys`` computes it), or
+    ``NO_HASHES`` (zero rows) to skip hashing. ``log_append_times[i]`` is the batch max
+    timestamp for LogAppendTime batches (every record takes it, as Kafka's reader does) and -1
+    otherwise. Record offsets must lie in ``[base_offsets[i], last_offsets[i]]`` and be above the
+    previous record's (``prev_offset`` before the first one). Disjoint ranges of batches can be
+    indexed by several threads at once into one matrix. Returns ``(rows, error, batch, pos)``:
+    the row after the last one filled, and on failure the ``REC_*`` code, the failing batch row
+    and the byte position.
     """
-    row = 0
-    prev = base_offsets[0] - 1 if counts.shape[0] else 0
-    for i in range(counts.shape[0]):
+    # the helpers below read and write through raw pointers: check every bound once up front
+    shortest = min(
+        starts.shape[0],
+        ends.shape[0],
+        base_offsets.shape[0],
+        last_offsets.shape[0],
+        base_timestamps.shape[0],
+        counts.shape[0],
+        log_append_times.shape[0],
+    )
+    if not 0 <= first <= stop <= shortest:
+        raise ValueError("index_records_into: batch range outside the batch columns")
+    rows = row0
+    for i in range(first, stop):
+        if not 0 <= starts[i] <= ends[i] <= buf.shape[0] or counts[i] < 0:
+            raise ValueError("index_records_into: a payload range lies outside the buffer")
+        rows += counts[i]
+    with_hashes = hashes.shape[0] != 0
+    if out.shape[0] < rows or (with_hashes and hashes.shape[0] < rows) or row0 < 0:
+        raise ValueError("index_records_into: out or hashes has fewer rows than the records")
+    if out.shape[1] != RECORD_COLUMNS or hashes.shape[1] != 2:
+        raise ValueError("index_records_into: out or hashes has the wrong number of columns")
+    # pointers, not arrays, go to the per-batch helper: see _data_ptr
+    buf_p = _data_ptr(buf)
+    out_p = _data_ptr(out)
+    hashes_p = _data_ptr(hashes)
+    row = row0
+    prev = prev_offset
+    for i in range(first, stop):
         err, pos, prev = _index_one(
-            buf,
+            buf_p,
             starts[i],
             ends[i],
             base_offsets[i],
@@ -319,7 +407,9 @@ def index_records_into(
             counts[i],
             log_append_times[i],
             i,
-            out,
+            out_p,
+            hashes_p,
+            with_hashes,
             row,
             prev,
         )
@@ -327,6 +417,16 @@ def index_records_into(
             return row, err, i, pos
         row += counts[i]
     return row, REC_OK, -1, -1
+
+
+def bad_counts(starts: Arr, ends: Arr, counts: Arr) -> int:
+    """The first batch whose record count cannot be right for its payload size, or -1.
+
+    A record takes at least ``MIN_RECORD_SIZE`` bytes, so a larger count is corrupt, and must not
+    size an allocation (a damaged count of 2^31 would ask for ~190 GB).
+    """
+    bad = (counts < 0) | (counts * MIN_RECORD_SIZE > ends - starts)
+    return int(np.argmax(bad)) if bad.any() else -1
 
 
 def index_records(
@@ -342,17 +442,22 @@ def index_records(
     """Index the records of many payloads: ``(records, error, batch, pos)``.
 
     One row per record (columns ``R_*``); on failure the ``REC_*`` code, the failing batch row and
-    the byte position in ``buf``. The matrix is allocated here, by numpy, not in the kernel:
-    numpy asks for transparent huge pages (madvise) and numba's ``np.empty`` does not, and on
-    4 KiB pages the page faults of an 88-byte-per-record matrix cost as much as the indexing.
+    the byte position in ``buf``. Single-threaded and without key hashes; ``reader.index_batches``
+    and ``reader.index_and_hash`` are the full versions. The matrix is allocated here, by numpy,
+    not in the kernel: numpy asks for transparent huge pages (madvise) and numba's ``np.empty``
+    does not, and on 4 KiB pages the page faults of an 88-byte-per-record matrix cost as much as
+    the indexing.
     """
-    # a record takes at least MIN_RECORD_SIZE bytes: a larger count is corrupt, and must not
-    # size the allocation below (a damaged count of 2^31 would ask for ~190 GB)
-    bad = (counts < 0) | (counts * MIN_RECORD_SIZE > ends - starts)
-    if bad.any():
-        i = int(np.argmax(bad))
-        return np.empty((0, RECORD_COLUMNS), dtype=np.int64), REC_COUNT_MISMATCH, i, int(starts[i])
+    bad = bad_counts(starts, ends, counts)
+    if bad >= 0:
+        return (
+            np.empty((0, RECORD_COLUMNS), dtype=np.int64),
+            REC_COUNT_MISMATCH,
+            bad,
+            int(starts[bad]),
+        )
     out = np.empty((int(counts.sum()), RECORD_COLUMNS), dtype=np.int64)
+    n = counts.shape[0]
     rows, err, batch, pos = index_records_into(
         buf,
         starts,
@@ -363,6 +468,11 @@ def index_records(
         counts,
         log_append_times,
         out,
+        NO_HASHES,
+        0,
+        n,
+        0,
+        int(base_offsets[0]) - 1 if n else 0,
     )
     return out[:rows], int(err), int(batch), int(pos)
 
@@ -390,7 +500,7 @@ def _fmix(k: np.uint64) -> np.uint64:
 
 
 @njit(cache=True)
-def _le64(buf: Arr, p: int) -> np.uint64:
+def _le64(buf: Ptr, p: int) -> np.uint64:
     v = np.uint64(0)
     for i in range(8):
         v |= np.uint64(buf[p + i]) << np.uint64(8 * i)
@@ -400,6 +510,11 @@ def _le64(buf: Arr, p: int) -> np.uint64:
 @njit(cache=True, nogil=True)
 def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
     """MurmurHash3 x64 128, seed 0, of ``buf[pos:pos+length]``: (h1, h2)."""
+    return _murmur3_128(_data_ptr(buf), pos, length)
+
+
+@njit(cache=True)
+def _murmur3_128(buf: Ptr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
     h1 = np.uint64(0)
     h2 = np.uint64(0)
     nblocks = length // 16
@@ -452,10 +567,11 @@ def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
 @njit(nogil=True, cache=True)
 def hash_keys_into(buf: Arr, records: Arr, out: Arr) -> None:
     """128-bit hash of every record's key into ``out`` (``uint64[n, 2]``; zeros for null keys)."""
+    ptr = _data_ptr(buf)
     for i in range(records.shape[0]):
         klen = records[i, R_KEY_LEN]
         if klen >= 0:
-            h1, h2 = murmur3_128(buf, records[i, R_KEY_POS], klen)
+            h1, h2 = _murmur3_128(ptr, records[i, R_KEY_POS], klen)
         else:
             h1 = np.uint64(0)
             h2 = np.uint64(0)
