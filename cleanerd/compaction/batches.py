@@ -1,0 +1,196 @@
+"""Reading segments for the cleaner: chunks of batches, control types, transaction verdicts.
+
+Both passes walk a segment in chunks of whole batches (``CHUNK_BYTES`` of batch bytes at a time),
+so memory stays bounded however large a segment is, and ``abort_check`` and the throttler run
+between chunks. Python sees one chunk at a time as a batch matrix (``kernels.B_*`` columns); the
+per-batch Python work is limited to transactional and control batches, whose verdicts depend on
+the order of the transaction state machine.
+"""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from cleanerd.compaction.transactions import CleanedTransactionMetadata
+from cleanerd.format import kernels as k
+from cleanerd.format import reader
+from cleanerd.format.control import ControlType, parse_control_key
+from cleanerd.format.errors import CorruptRecordError
+from cleanerd.format.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from cleanerd.format.reader import I64, U8, U64, index_batches, scan_batches
+from cleanerd.storage.producer_state import ProducerState
+from cleanerd.storage.segment import LogSegment
+from cleanerd.storage.txnindex import AbortedTxn
+
+Bools = npt.NDArray[np.bool_]
+
+CHUNK_BYTES = 4 << 20
+"""Batch bytes handled per step of a pass; a batch larger than this is one chunk on its own."""
+
+def index_and_hash(arr: U8, batches: I64, path: str) -> tuple[U8, I64, U64]:
+    """``(payload, records, key hashes)`` of the batches (rows of a scan of ``arr``)."""
+    return reader.index_and_hash(arr, batches, path=path)
+
+
+def iter_chunks(
+    arr: U8,
+    *,
+    path: str,
+    start: int = 0,
+    prev_last_offset: int = -1,
+    check_crc: bool = True,
+    chunk_bytes: int | None = None,
+    strict: bool = True,
+) -> Iterator[I64]:
+    """Batch matrices of consecutive chunks of ``arr[start:]``; raises at the first bad batch.
+
+    Every batch is checked as ``scan_batches`` checks it (lengths, magic, CRC, rising offsets),
+    and a truncated last batch is an error: the cleaner only reads inactive segments. Once the
+    caller asks for the next chunk, the pages of the previous ones are released (``release``):
+    it must not keep views into them. With ``strict=False`` the walk ends quietly at the first
+    problem (a writer may be appending to the active segment).
+    """
+    size = int(arr.shape[0])
+    step = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    pos = start
+    prev = prev_last_offset
+    while pos < size:
+        end = min(size, pos + step)
+        scan = scan_batches(
+            arr, start=pos, end=end, path=path, check_crc=check_crc, prev_last_offset=prev
+        )
+        if len(scan) == 0 and end < size:
+            # one batch larger than the chunk, or a real problem: scan exactly that batch
+            whole = _batch_extent(arr, pos, size)
+            scan = scan_batches(
+                arr, start=pos, end=whole, path=path, check_crc=check_crc, prev_last_offset=prev
+            )
+        if len(scan):
+            yield scan.batches
+            prev = int(scan.batches[-1, k.B_LAST_OFFSET])
+            release(arr, start, scan.end)  # the caller is done with this chunk's bytes
+            pos = scan.end
+        if len(scan) == 0 or (scan.error is not None and end >= size):
+            if not strict:
+                return
+            scan.raise_error()
+            if len(scan) == 0:  # pragma: no cover - scan_batches always reports why
+                raise CorruptRecordError("no batch found", path=path, position=pos)
+
+
+def release(arr: U8, start: int, end: int) -> None:
+    """Drop the pages of ``arr[start:end]`` from this process if ``arr`` maps a file.
+
+    Only the process's mapping goes (the page cache keeps the data; a later read faults it back
+    in), so resident memory stays at about one chunk per segment however large it is.
+    """
+    base = arr.base.obj if isinstance(arr.base, memoryview) else arr.base
+    if isinstance(base, mmap.mmap):
+        page = mmap.PAGESIZE
+        lo = start - start % page
+        hi = end - end % page
+        if hi > lo:
+            base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+def _batch_extent(arr: U8, pos: int, size: int) -> int:
+    """End of the batch at ``pos`` by its length field, capped at ``size``."""
+    if pos + k.LOG_OVERHEAD > size:
+        return size
+    length = int.from_bytes(arr[pos + 8 : pos + 12].tobytes(), "big", signed=True)
+    return min(size, pos + k.LOG_OVERHEAD + max(length, 0))
+
+
+def control_types(
+    arr: U8, batches: I64, rows: npt.NDArray[np.intp], path: str
+) -> dict[int, ControlType]:
+    """Type of the first record of each control batch in ``rows`` that has records."""
+    rows = rows[batches[rows, k.B_COUNT] > 0]
+    if rows.size == 0:
+        return {}
+    sub = batches[rows]
+    payload, records = index_batches(arr, sub, path=path)
+    mv = payload.data
+    out: dict[int, ControlType] = {}
+    first = np.searchsorted(records[:, k.R_BATCH], np.arange(sub.shape[0]))
+    for i, row in enumerate(rows.tolist()):
+        rec = records[first[i]]
+        klen = int(rec[k.R_KEY_LEN])
+        key = None if klen < 0 else bytes(mv[int(rec[k.R_KEY_POS]) : int(rec[k.R_KEY_POS]) + klen])
+        try:
+            out[row] = parse_control_key(key)
+        except CorruptRecordError as e:
+            raise CorruptRecordError(e.reason, path=path, position=int(sub[i, k.B_POS])) from None
+    return out
+
+
+def transaction_verdicts(
+    meta: CleanedTransactionMetadata, arr: U8, batches: I64, path: str
+) -> tuple[Bools, Bools]:
+    """``(is_control, can_discard)`` per batch, feeding the transactional and control batches
+    (in order) to the pass's transaction state. Other batches are never discarded and do not
+    change the state (the pending-abort step they would run is repeated by the next one)."""
+    attrs = batches[:, k.B_ATTRIBUTES]
+    is_control = (attrs & ATTR_CONTROL) != 0
+    can_discard = np.zeros(batches.shape[0], dtype=np.bool_)
+    rows = np.flatnonzero((attrs & (ATTR_CONTROL | ATTR_TRANSACTIONAL)) != 0)
+    if rows.size == 0:
+        return is_control, can_discard
+    types = control_types(arr, batches, rows[is_control[rows]], path)
+    for r in rows.tolist():
+        row = batches[r]
+        pid = int(row[k.B_PRODUCER_ID])
+        last = int(row[k.B_LAST_OFFSET])
+        if is_control[r]:
+            can_discard[r] = meta.on_control_batch_read(
+                pid, types.get(r), int(row[k.B_COUNT]) > 0, last
+            )
+        else:
+            can_discard[r] = meta.on_batch_read(pid, True, last)
+    return is_control, can_discard
+
+
+def producer_state(segments: Sequence[LogSegment]) -> ProducerState:
+    """``PartitionLog.producer_state`` walked a chunk at a time (bounded resident memory)."""
+    state = ProducerState()
+    for seg in segments:
+        arr = seg.view()
+        path = str(seg.log_path)
+        prev = seg.base_offset - 1
+        for batches in iter_chunks(
+            arr, path=path, prev_last_offset=prev, check_crc=False, strict=False
+        ):
+            state.apply(arr, batches, path)
+    return state
+
+
+def collect_aborted(
+    segments: Sequence[LogSegment], start_offset: int, upper_bound: int
+) -> list[AbortedTxn]:
+    """Kafka's ``collectAbortedTransactions``: from the segment holding ``start_offset`` on,
+    the aborted txns overlapping [start, upper), until an entry's LSO shows the search is done."""
+    bases = [s.base_offset for s in segments]
+    first = max(int(np.searchsorted(bases, start_offset, side="right")) - 1, 0)
+    found: list[AbortedTxn] = []
+    for seg in segments[first:]:
+        txns, complete = seg.txn_index.collect_aborted(start_offset, upper_bound)
+        found.extend(txns)
+        if complete:
+            break
+    return found
+
+
+def segments_between(
+    segments: Sequence[LogSegment], from_offset: int, to_offset: int
+) -> list[LogSegment]:
+    """Kafka's ``logSegments(from, to)``: from the floor segment of ``from`` with base < ``to``."""
+    if from_offset >= to_offset:
+        return []
+    bases = [s.base_offset for s in segments]
+    first = max(int(np.searchsorted(bases, from_offset, side="right")) - 1, 0)
+    stop = int(np.searchsorted(bases, to_offset, side="left"))
+    return list(segments[first:stop])

@@ -1,0 +1,287 @@
+"""One cleaning of one partition log: Kafka's ``Cleaner.doClean`` (reference 3.6 to 3.15).
+
+1. Pass 1 (``build_map``): the offset map over [first dirty, first uncleanable); when it fills,
+   the pass ends early and ``end_offset`` falls inside the range (a later cleaning goes on). Under
+   the timestamp and header strategies the clean part then competes for the mapped keys.
+2. Every segment pass 2 reads and pass 1 did not read whole is checked (batch walk and CRC32C),
+   so corrupt input stops the clean before any segment is replaced. (A record that does not
+   parse inside a batch whose CRC is right is only found when pass 2 reads it; in an already
+   clean segment that can be after earlier groups were swapped.)
+3. Pass 2: all segments from the log start with base offset < ``end_offset``, grouped as Kafka
+   groups them (``grouping``); each group is filtered chunk by chunk (``filter``) into one
+   ``.cleaned`` segment (``writer``), which gets the mtime of the group's last source segment and
+   is swapped in through ``PartitionLog.replace_segments``.
+4. The partition's ``cleaner-offset-checkpoint`` entry becomes ``end_offset``.
+
+``abort_check`` runs before every chunk (a few MiB of batches) of both passes: when it says so,
+the clean stops with ``CleaningAbortedError`` and leaves no ``.cleaned`` file. Any other error
+also removes the group's ``.cleaned`` files before it propagates. Groups swapped before an abort
+stay swapped (as in Kafka); the checkpoint is written only after a complete pass.
+
+One deviation from Kafka, for crash safety: ``storage.replace_segments`` refuses to replace a
+non-empty segment whose base offset lies beyond the cleaned segment's offsets (on a crash,
+recovery could not tell it was replaced). When the tail segments of a group lose every batch,
+they are replaced each by an empty segment at its own base instead; the next pass merges those
+empty segments into their neighbours, as Kafka's grouping merges empty segments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from cleanerd.compaction.batches import (
+    collect_aborted,
+    iter_chunks,
+    producer_state,
+    segments_between,
+)
+from cleanerd.compaction.build_map import build_offset_map, update_from_clean_prefix
+from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable, decide_chunk
+from cleanerd.compaction.grouping import SegmentSizes, group_items
+from cleanerd.compaction.offset_map import OffsetMap
+from cleanerd.compaction.plan import CleaningPlan
+from cleanerd.compaction.record_cache import RecordCache
+from cleanerd.compaction.stats import CleanerStats
+from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.throttle import Throttler
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.compaction.transactions import (
+    CleanedTransactionMetadata,
+    last_records_of_active_producers,
+)
+from cleanerd.compaction.writer import CleanedSegmentWriter
+from cleanerd.format import kernels as k
+from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
+from cleanerd.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_file
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.segment import LogSegment
+
+RECORD_CACHE_BYTES = 64 << 20
+"""Default bound of pass 1's record cache (``record_cache``): 25 bytes a record."""
+
+
+class CleaningAbortedError(Exception):
+    """The clean was asked to stop (Kafka's ``LogCleaningAbortedException``)."""
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    """Where the next cleaning starts (the new checkpoint) and what this one did."""
+
+    end_offset: int
+    stats: CleanerStats
+
+
+def segment_sizes(segment: LogSegment) -> SegmentSizes:
+    return SegmentSizes(
+        base_offset=segment.base_offset,
+        log_bytes=segment.size,
+        offset_index_bytes=segment.offset_index.size_bytes,
+        time_index_bytes=segment.time_index.size_bytes,
+    )
+
+
+class Cleaner:
+    """Cleans logs one at a time with one offset map (one per worker thread)."""
+
+    def __init__(
+        self,
+        map: OffsetMap,
+        throttler: Throttler | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        record_cache_bytes: int = RECORD_CACHE_BYTES,
+    ) -> None:
+        self.map = map
+        self.throttler = throttler
+        self.clock = clock
+        self.record_cache_bytes = record_cache_bytes
+
+    def clean(
+        self,
+        log: PartitionLog,
+        plan: CleaningPlan,
+        config: TopicCleanerConfig,
+        strategy: StrategyConfig,
+        now_ms: int,
+        abort_check: Callable[[], bool] = lambda: False,
+    ) -> CleanResult:
+        """One ``doClean`` of ``log`` over the plan's range at ``now_ms``; see the module doc."""
+        if strategy != self.map.config:
+            raise ValueError(
+                f"the offset map was made for {self.map.config}, not for {strategy}: "
+                "make the map with the log's strategy"
+            )
+        stats = CleanerStats(clock=self.clock)
+        start = plan.first_dirty_offset
+        upper = plan.first_uncleanable_offset
+        if start >= upper:
+            stats.index_done()
+            stats.all_done()
+            return CleanResult(start, stats)
+
+        on_chunk = self._on_chunk(log, abort_check)
+        segments = list(log.segments)
+        cleanable = segments[:-1]  # never the active segment
+        dirty = segments_between(cleanable, start, upper)
+        cache = None if strategy.versioned else RecordCache(self.record_cache_bytes)
+        build = build_offset_map(
+            dirty, segments, start, upper, self.map, strategy, stats, on_chunk, cache
+        )
+        update_from_clean_prefix(
+            segments_between(cleanable, -1, start), segments, start, self.map, strategy, on_chunk
+        )
+        stats.buffer_utilization = self.map.utilization
+        stats.index_done()
+        end = build.end_offset
+
+        sources = segments_between(cleanable, -1, end)
+        self._check(sources, build.checked, on_chunk)
+        ctx = self._context(log, config, strategy, now_ms, upper)
+        meta = CleanedTransactionMetadata()
+        groups = group_items(
+            sources,
+            [segment_sizes(s) for s in sources],
+            log.config.segment_bytes,
+            log.config.segment_index_bytes,
+            upper,
+        )
+        for group in groups:
+            self._clean_group(log, group, ctx, meta, stats, on_chunk, cache)
+        update_offset_checkpoint(
+            log.directory.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: end}
+        )
+        stats.all_done()
+        return CleanResult(end, stats)
+
+    def clean_segments(
+        self,
+        log: PartitionLog,
+        segments: Sequence[LogSegment],
+        config: TopicCleanerConfig,
+        strategy: StrategyConfig,
+        now_ms: int,
+        upper_bound: int,
+        abort_check: Callable[[], bool] = lambda: False,
+    ) -> CleanerStats:
+        """Kafka's ``cleanSegments``: clean one group with the map as it is, and swap it in.
+
+        For tests and tools that fill the map themselves (Kafka's tests do); ``clean`` is the
+        whole pass. ``upper_bound`` is the cleaning round's first uncleanable offset.
+        """
+        stats = CleanerStats(clock=self.clock)
+        on_chunk = self._on_chunk(log, abort_check)
+        self._check(segments, set(), on_chunk)
+        ctx = self._context(log, config, strategy, now_ms, upper_bound)
+        self._clean_group(log, segments, ctx, CleanedTransactionMetadata(), stats, on_chunk)
+        stats.all_done()
+        return stats
+
+    def _on_chunk(
+        self, log: PartitionLog, abort_check: Callable[[], bool]
+    ) -> Callable[[int], None]:
+        def on_chunk(size: int) -> None:
+            if abort_check():
+                raise CleaningAbortedError(f"cleaning of {log.topic_partition} was aborted")
+            if self.throttler is not None and size:
+                self.throttler.maybe_throttle(size)
+
+        return on_chunk
+
+    @staticmethod
+    def _check(
+        segments: Sequence[LogSegment], checked: set[int], on_chunk: Callable[[int], None]
+    ) -> None:
+        """Walk and CRC-check every batch of the segments pass 1 did not read whole."""
+        for seg in segments:
+            if id(seg) not in checked:
+                for _ in iter_chunks(
+                    seg.view(), path=str(seg.log_path), prev_last_offset=seg.base_offset - 1
+                ):
+                    on_chunk(0)
+
+    def _context(
+        self,
+        log: PartitionLog,
+        config: TopicCleanerConfig,
+        strategy: StrategyConfig,
+        now_ms: int,
+        upper_bound: int,
+    ) -> PassContext:
+        return PassContext(
+            omap=self.map,
+            strategy=strategy,
+            now_ms=now_ms,
+            new_horizon_ms=min(now_ms + config.delete_retention_ms, LONG_MAX),
+            upper_bound=upper_bound,
+            producers=ProducerTable(last_records_of_active_producers(producer_state(log.segments))),
+        )
+
+    def _clean_group(
+        self,
+        log: PartitionLog,
+        group: Sequence[LogSegment],
+        ctx: PassContext,
+        meta: CleanedTransactionMetadata,
+        stats: CleanerStats,
+        on_chunk: Callable[[int], None],
+        cache: RecordCache | None = None,
+    ) -> None:
+        """Kafka's ``cleanSegments``: one ``.cleaned`` segment for the group, then the swap."""
+        cleaned = _new_cleaned_segment(log, group[0].base_offset)
+        try:
+            meta.output_txn_index = cleaned.txn_index
+            writer = CleanedSegmentWriter(cleaned, stats, self.throttler)
+            for i, seg in enumerate(group):
+                seg_upper = group[i + 1].base_offset if i + 1 < len(group) else seg.next_offset()
+                meta.add_aborted(collect_aborted(list(log.segments), seg.base_offset, seg_upper))
+                arr = seg.view()
+                path = str(seg.log_path)
+                for batches in iter_chunks(
+                    arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
+                ):
+                    on_chunk(int(batches[:, k.B_SIZE].sum()))
+                    decision = decide_chunk(ctx, meta, arr, batches, path, stats, cache, id(seg))
+                    writer.write(arr, decision)
+            writer.flush()
+            cleaned.on_become_inactive()
+            mtime_ns = group[-1].log_path.stat().st_mtime_ns
+            cleaned.set_last_modified(mtime_ns)
+            self._swap(log, cleaned, group, mtime_ns)
+        except BaseException:
+            if cleaned.temp_suffix == CLEANED_SUFFIX:
+                cleaned.delete()
+            raise
+        finally:
+            meta.output_txn_index = None
+
+    @staticmethod
+    def _swap(
+        log: PartitionLog, cleaned: LogSegment, group: Sequence[LogSegment], mtime_ns: int
+    ) -> None:
+        """Replace the group; tail segments past the cleaned offsets get empty replacements."""
+        reach = max(cleaned.next_offset(), cleaned.base_offset + 1)
+        covered = [s for s in group if s.size == 0 or s.base_offset < reach]
+        rest = [s for s in group if not (s.size == 0 or s.base_offset < reach)]
+        log.replace_segments(cleaned, covered)
+        for seg in rest:
+            empty = _new_cleaned_segment(log, seg.base_offset)
+            try:
+                empty.on_become_inactive()
+                empty.set_last_modified(mtime_ns)
+                log.replace_segments(empty, [seg])
+            except BaseException:
+                if empty.temp_suffix == CLEANED_SUFFIX:
+                    empty.delete()
+                raise
+
+
+def _new_cleaned_segment(log: PartitionLog, base_offset: int) -> LogSegment:
+    """An empty ``.cleaned`` segment, after removing a stale one an earlier failure left."""
+    for suffix in SEGMENT_SUFFIXES:
+        segment_file(log.directory, base_offset, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
+    return LogSegment.create(
+        log.directory, base_offset, log.config, temp_suffix=CLEANED_SUFFIX, created_ms=log.clock()
+    )
