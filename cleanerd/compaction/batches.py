@@ -15,12 +15,14 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import numpy.typing as npt
 
+from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
 from cleanerd.format import reader
+from cleanerd.format.codecs import Compression, decompress
 from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_TRANSACTIONAL
 from cleanerd.format.reader import I64, U8, U64, index_batches, scan_batches
 from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
@@ -31,9 +33,39 @@ Bools = npt.NDArray[np.bool_]
 CHUNK_BYTES = 4 << 20
 """Batch bytes handled per step of a pass; a batch larger than this is one chunk on its own."""
 
+
 def index_and_hash(arr: U8, batches: I64, path: str) -> tuple[U8, I64, U64]:
     """``(payload, records, key hashes)`` of the batches (rows of a scan of ``arr``)."""
     return reader.index_and_hash(arr, batches, path=path)
+
+
+_CODECS = tuple(Compression)
+
+
+def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
+    """``(buffer, starts, ends)``: each batch's record bytes, decompressed where needed.
+
+    Uncompressed batches are read in place (the buffer is ``arr``); otherwise every payload is
+    laid end to end in a new buffer. The batches must have records (Kafka never decompresses an
+    empty batch). None when a payload does not decompress: the caller then indexes the batches
+    with the reader, which raises the error with its position.
+    """
+    pos = batches[:, k.B_POS]
+    starts = pos + k.HEADER_SIZE
+    ends = pos + batches[:, k.B_SIZE]
+    codecs = batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK
+    if not codecs.any():
+        return arr, starts, ends
+    mv = arr.data
+    parts: list[bytes | memoryview] = []
+    try:
+        for lo, hi, c in zip(starts.tolist(), ends.tolist(), codecs.tolist(), strict=True):
+            parts.append(mv[lo:hi] if c == 0 else decompress(_CODECS[c], mv[lo:hi]))
+    except (CorruptRecordError, IndexError):
+        return None
+    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    out_ends = np.cumsum(lengths)
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), out_ends - lengths, out_ends
 
 
 def iter_chunks(
@@ -154,12 +186,22 @@ def transaction_verdicts(
     return is_control, can_discard
 
 
-def producer_state(segments: Sequence[LogSegment]) -> ProducerState:
-    """``PartitionLog.producer_state`` walked a chunk at a time (bounded resident memory)."""
+def producer_state(
+    segments: Sequence[LogSegment], cache: RecordCache | None = None
+) -> ProducerState:
+    """``PartitionLog.producer_state`` walked a chunk at a time (bounded resident memory).
+
+    Segments that pass 1 read whole are taken from ``cache`` rather than walked again.
+    """
     state = ProducerState()
     for seg in segments:
         arr = seg.view()
         path = str(seg.log_path)
+        cached = cache.chunks(id(seg)) if cache is not None else None
+        if cached is not None:
+            for batches, _ in cached:
+                state.apply(arr, batches, path)
+            continue
         prev = seg.base_offset - 1
         for batches in iter_chunks(
             arr, path=path, prev_last_offset=prev, check_crc=False, strict=False

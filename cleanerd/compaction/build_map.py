@@ -19,11 +19,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
+from cleanerd.compaction import fused
 from cleanerd.compaction.batches import (
     collect_aborted,
     index_and_hash,
     iter_chunks,
+    payloads,
     transaction_verdicts,
 )
 from cleanerd.compaction.offset_map import OffsetMap
@@ -32,6 +35,7 @@ from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.strategy import StrategyConfig, compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
+from cleanerd.format.header import ATTR_TIMESTAMP_TYPE
 from cleanerd.format.reader import I64, U8
 from cleanerd.storage.segment import LogSegment
 
@@ -39,6 +43,8 @@ OnChunk = Callable[[int], None]
 """Called before each chunk with its size in bytes: abort check and throttling."""
 
 _NO_HASHES = np.zeros((0, 2), dtype=np.uint64)
+_NO_OFFSETS = np.zeros(0, dtype=np.int64)
+_NO_FLAGS = np.zeros(0, dtype=np.uint8)
 _NO_RECORDS = np.zeros((0, k.RECORD_COLUMNS), dtype=np.int64)
 
 
@@ -72,31 +78,118 @@ def _map_chunk(
     """Put one chunk's records into the map; True when the map filled up."""
     is_control, aborted = transaction_verdicts(meta, arr, batches, path)
     counts = batches[:, k.B_COUNT]
-    lasts = batches[:, k.B_LAST_OFFSET]
     data_rows = np.flatnonzero(~is_control & ~aborted & (counts > 0))
-    payload, recs, hashes = _data_records(arr, batches, data_rows, path)
-    if cache is not None:
-        cache.add(segment_id, batches[data_rows], recs, hashes)
-    offsets = recs[:, k.R_OFFSET]
-    cand = np.flatnonzero((recs[:, k.R_KEY_LEN] >= 0) & (offsets >= start))
-    versions = has_version = None
     if strategy.versioned:
-        versions, has_version, wrong = compute_versions(strategy, payload, recs[cand])
-        stats.add(anomalous_version_headers=wrong)
-    nxt, full = omap.put_batch(hashes[cand], offsets[cand], versions, has_version)
+        g, b, full = _put_versioned(arr, batches, data_rows, path, start, omap, strategy, stats)
+    else:
+        g, b, full = _put_fused(arr, batches, data_rows, path, start, omap, cache, segment_id)
     # Kafka counts a control batch as one message and an aborted batch by its record count
     skipped = np.where(is_control, 1, np.where(aborted, counts, 0))
-    if full:
-        g = int(cand[nxt])  # the record that did not fit: Kafka stops right before it
-        b = int(data_rows[recs[g, k.R_BATCH]])
-    else:
-        g, b = recs.shape[0], batches.shape[0]
     stats.index_messages_read(g + int(skipped[:b].sum()))
     stats.index_bytes_read(int(batches[:b, k.B_SIZE].sum()))
-    reached = lasts[:b][lasts[:b] >= start]
+    lasts = batches[:b, k.B_LAST_OFFSET]
+    reached = lasts[lasts >= start]
     if reached.size:
         omap.update_latest_offset(max(omap.latest_offset, int(reached.max())))
     return full
+
+
+def _put_versioned(
+    arr: U8,
+    batches: I64,
+    data_rows: npt.NDArray[np.intp],
+    path: str,
+    start: int,
+    omap: OffsetMap,
+    strategy: StrategyConfig,
+    stats: CleanerStats,
+) -> tuple[int, int, bool]:
+    """Timestamp and header strategies: index, versions, ``put_batch``.
+
+    Returns ``(records before the stop, chunk row of the stop, full)``.
+    """
+    payload, recs, hashes = _data_records(arr, batches, data_rows, path)
+    offsets = recs[:, k.R_OFFSET]
+    cand = np.flatnonzero((recs[:, k.R_KEY_LEN] >= 0) & (offsets >= start))
+    versions, has_version, wrong = compute_versions(strategy, payload, recs[cand])
+    stats.add(anomalous_version_headers=wrong)
+    nxt, full = omap.put_batch(hashes[cand], offsets[cand], versions, has_version)
+    if full:
+        g = int(cand[nxt])  # the record that did not fit: Kafka stops right before it
+        return g, int(data_rows[recs[g, k.R_BATCH]]), True
+    return int(recs.shape[0]), int(batches.shape[0]), False
+
+
+def _put_fused(
+    arr: U8,
+    batches: I64,
+    data_rows: npt.NDArray[np.intp],
+    path: str,
+    start: int,
+    omap: OffsetMap,
+    cache: RecordCache | None,
+    segment_id: int,
+) -> tuple[int, int, bool]:
+    """Offset strategy: one ``fused.map_records`` call indexes, hashes, maps and caches.
+
+    Any problem with the data (a payload that does not decompress, a bad record) is raised by
+    indexing the same batches with the reader, so errors are exactly the reader's.
+    """
+    nb = batches.shape[0]
+    first = np.full(nb, -1, dtype=np.int64)
+    records = 0
+    full_record = -1
+    cursor = -1
+    sub = batches[data_rows]
+    if data_rows.size:
+        counts = np.ascontiguousarray(sub[:, k.B_COUNT])
+        got = payloads(arr, sub)
+        err = k.REC_COUNT_MISMATCH
+        if got is not None and k.bad_counts(got[1], got[2], counts) < 0:
+            buf, starts, ends = got
+            total = int(counts.sum())
+            cursor = cache.reserve(total) if cache is not None else -1
+            top = int(counts.max())
+            lat = np.where(
+                sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
+            )
+            tab = fused.table(omap)
+            err, records, full_record, size, latest = fused.map_records(
+                buf,
+                starts,
+                ends,
+                np.ascontiguousarray(sub[:, k.B_BASE_OFFSET]),
+                np.ascontiguousarray(sub[:, k.B_LAST_OFFSET]),
+                np.ascontiguousarray(sub[:, k.B_BASE_TIMESTAMP]),
+                counts,
+                lat,
+                np.empty((top, k.RECORD_COLUMNS), dtype=np.int64),
+                np.empty((top, 2), dtype=np.uint64),
+                tab,
+                start,
+                omap.size,
+                omap.max_entries,
+                cache.hashes if cache is not None else _NO_HASHES,
+                cache.offsets if cache is not None else _NO_OFFSETS,
+                cache.flags if cache is not None else _NO_FLAGS,
+                cursor,
+            )
+            fused.set_size(omap, size)
+            if latest >= 0:
+                omap.update_latest_offset(latest)
+        if err != k.REC_OK:
+            index_and_hash(arr, sub, path)  # raises the reader's error for these batches
+            raise AssertionError(f"{path}: the fused index failed where the reader did not")
+        if cache is not None and cursor >= 0:
+            cache.commit(records)
+            first[data_rows] = cursor + np.cumsum(counts) - counts
+    if cache is not None:
+        cache.add_chunk(segment_id, batches, first)
+    if full_record >= 0:
+        ends_at = np.cumsum(sub[:, k.B_COUNT])
+        row = int(np.searchsorted(ends_at, full_record, side="right"))
+        return full_record, int(data_rows[row]), True
+    return records, nb, False
 
 
 def build_offset_map(
@@ -116,7 +209,10 @@ def build_offset_map(
     The returned end offset is ``latest_offset + 1``: ``end`` unless the map filled up.
     ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2.
     """
-    omap.clear()
+    if omap.size:
+        omap.clear()
+    else:  # nothing was put since the last clear: the table is still all empty slots
+        omap.update_latest_offset(-1)
     meta = CleanedTransactionMetadata(collect_aborted(log_segments, start, end))
     result = MapBuild(end_offset=start, full=False)
     for i, seg in enumerate(dirty):
@@ -134,6 +230,8 @@ def build_offset_map(
             break
         if position == 0:
             result.checked.add(id(seg))
+            if cache is not None:
+                cache.mark_complete(id(seg))
         omap.update_latest_offset(next_start - 1)  # steps over offset gaps (Kafka test 44)
     if omap.latest_offset >= 0:
         result.end_offset = omap.latest_offset + 1

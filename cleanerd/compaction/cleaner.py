@@ -28,13 +28,14 @@ empty segments into their neighbours, as Kafka's grouping merges empty segments.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from cleanerd.compaction.batches import (
     collect_aborted,
     iter_chunks,
     producer_state,
+    release,
     segments_between,
 )
 from cleanerd.compaction.build_map import build_offset_map, update_from_clean_prefix
@@ -53,6 +54,7 @@ from cleanerd.compaction.transactions import (
 )
 from cleanerd.compaction.writer import CleanedSegmentWriter
 from cleanerd.format import kernels as k
+from cleanerd.format.reader import I64, U8
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
 from cleanerd.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_file
 from cleanerd.storage.partition import PartitionLog
@@ -139,7 +141,7 @@ class Cleaner:
 
         sources = segments_between(cleanable, -1, end)
         self._check(sources, build.checked, on_chunk)
-        ctx = self._context(log, config, strategy, now_ms, upper)
+        ctx = self._context(log, config, strategy, now_ms, upper, cache)
         meta = CleanedTransactionMetadata()
         groups = group_items(
             sources,
@@ -209,14 +211,16 @@ class Cleaner:
         strategy: StrategyConfig,
         now_ms: int,
         upper_bound: int,
+        cache: RecordCache | None = None,
     ) -> PassContext:
+        state = producer_state(log.segments, cache)
         return PassContext(
             omap=self.map,
             strategy=strategy,
             now_ms=now_ms,
             new_horizon_ms=min(now_ms + config.delete_retention_ms, LONG_MAX),
             upper_bound=upper_bound,
-            producers=ProducerTable(last_records_of_active_producers(producer_state(log.segments))),
+            producers=ProducerTable(last_records_of_active_producers(state)),
         )
 
     def _clean_group(
@@ -239,11 +243,9 @@ class Cleaner:
                 meta.add_aborted(collect_aborted(list(log.segments), seg.base_offset, seg_upper))
                 arr = seg.view()
                 path = str(seg.log_path)
-                for batches in iter_chunks(
-                    arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
-                ):
+                for batches, first in _chunks(arr, seg, cache):
                     on_chunk(int(batches[:, k.B_SIZE].sum()))
-                    decision = decide_chunk(ctx, meta, arr, batches, path, stats, cache, id(seg))
+                    decision = decide_chunk(ctx, meta, arr, batches, path, stats, cache, first)
                     writer.write(arr, decision)
             writer.flush()
             cleaned.on_become_inactive()
@@ -276,6 +278,29 @@ class Cleaner:
                 if empty.temp_suffix == CLEANED_SUFFIX:
                     empty.delete()
                 raise
+
+
+def _chunks(
+    arr: U8, seg: LogSegment, cache: RecordCache | None
+) -> Iterator[tuple[I64, I64 | None]]:
+    """Pass 2's chunks of a segment with each batch's first cached record (None: no cache).
+
+    A segment pass 1 read whole comes from the cache, chunk by chunk as pass 1 saw it, without
+    walking it again; its pages are released after each chunk, as ``iter_chunks`` does.
+    """
+    cached = cache.chunks(id(seg)) if cache is not None else None
+    if cached is not None:
+        for batches, first in cached:
+            yield batches, first
+            if batches.shape[0]:
+                end = int(batches[-1, k.B_POS] + batches[-1, k.B_SIZE])
+                release(arr, int(batches[0, k.B_POS]), end)
+        return
+    path = str(seg.log_path)
+    for batches in iter_chunks(
+        arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
+    ):
+        yield batches, cache.first_records(id(seg), batches) if cache is not None else None
 
 
 def _new_cleaned_segment(log: PartitionLog, base_offset: int) -> LogSegment:

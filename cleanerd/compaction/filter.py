@@ -27,7 +27,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cleanerd.compaction import fused
 from cleanerd.compaction.batches import Bools, index_and_hash, transaction_verdicts
+from cleanerd.compaction.fused import FLAG_KEYED, FLAG_TOMBSTONE
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.rebuild import NO_HORIZON
 from cleanerd.compaction.record_cache import RecordCache
@@ -102,13 +104,9 @@ class ChunkDecision:
 
 
 _NO_RECORDS = np.zeros((0, k.RECORD_COLUMNS), dtype=np.int64)
-_NO_HASHES = np.zeros((0, 2), dtype=np.uint64)
 _NO_ROWS = np.zeros(0, dtype=np.intp)
-
-
-def _per_batch(rb: npt.NDArray[np.intp], mask: Bools, nb: int) -> npt.NDArray[np.int64]:
-    """Count of ``mask`` records per batch row."""
-    return np.bincount(rb[mask], minlength=nb).astype(np.int64)
+_NO_I64 = np.zeros(0, dtype=np.int64)
+_NO_BOOL = np.zeros(0, dtype=np.bool_)
 
 
 def decide_chunk(
@@ -119,12 +117,13 @@ def decide_chunk(
     path: str,
     stats: CleanerStats,
     cache: RecordCache | None = None,
-    segment_id: int = 0,
+    first: I64 | None = None,
 ) -> ChunkDecision:
-    """Kafka's batch and record decisions for one chunk, as masks; updates the read counters.
+    """Kafka's batch and record decisions for one chunk; updates the read counters.
 
-    Batches found in ``cache`` (pass 1's view of their records) are decided without reading
-    them; of those, only the ones to rebuild are read, at the end.
+    ``first`` gives each batch's first record in ``cache`` (-1: not cached): those batches are
+    decided from pass 1's view of their records without reading them; of those, only the ones
+    to rebuild are read, at the end. The record rule runs in one kernel (``fused``).
     """
     nb = batches.shape[0]
     attrs = batches[:, k.B_ATTRIBUTES]
@@ -142,42 +141,46 @@ def decide_chunk(
     marker_for_empty_txn = can_discard & is_control
 
     # the records of the batches that are looked at: from pass 1's cache, or read now
-    rows = np.flatnonzero(~delete & ~discard_records & (counts > 0))
-    hit = np.zeros(rows.size, dtype=np.bool_)
-    cached = None
-    if cache is not None and not ctx.strategy.versioned:
-        hit, cached = cache.lookup(segment_id, batches, rows)
-    fresh = rows[~hit]
+    look = ~delete & ~discard_records & (counts > 0)
+    use_cache = cache is not None and first is not None and not ctx.strategy.versioned
+    hit = look & (first >= 0) if use_cache and first is not None else np.zeros(nb, np.bool_)
+    kept = np.zeros(nb, dtype=np.int64)
+    kept_tomb = np.zeros(nb, dtype=np.bool_)
+    tab = fused.table(ctx.omap)
+    latest = ctx.omap.latest_offset
+    invalid = removed = 0
+    if cache is not None and first is not None and hit.any():
+        invalid, removed = fused.decide_records(
+            tab, False, latest, ctx.now_ms, cache.hashes, cache.offsets, cache.flags,
+            _NO_I64, _NO_BOOL, first, counts, np.flatnonzero(hit), is_control, has_horizon,
+            horizon, cache.keep, kept, kept_tomb,
+        )  # fmt: skip
+    fresh = np.flatnonzero(look & ~hit)
+    fresh_first = np.full(nb, -1, dtype=np.int64)
     if fresh.size:
-        payload, recs, fresh_hashes = index_and_hash(arr, batches[fresh], path)
+        payload, recs, hashes = index_and_hash(arr, batches[fresh], path)
         fresh_rb = fresh[recs[:, k.R_BATCH]]
+        fresh_first[fresh] = np.cumsum(counts[fresh]) - counts[fresh]
+        flags = np.where(recs[:, k.R_KEY_LEN] >= 0, FLAG_KEYED, 0) | np.where(
+            recs[:, k.R_VALUE_LEN] < 0, FLAG_TOMBSTONE, 0
+        )
+        versions: Any = _NO_I64
+        has_version: Any = _NO_BOOL
+        if ctx.strategy.versioned:
+            versions, has_version, _ = compute_versions(ctx.strategy, payload, recs)
+        keep = np.empty(recs.shape[0], dtype=np.bool_)
+        more_invalid, more_removed = fused.decide_records(
+            tab, ctx.strategy.versioned, latest, ctx.now_ms, hashes,
+            np.ascontiguousarray(recs[:, k.R_OFFSET]), flags.astype(np.uint8),
+            np.ascontiguousarray(versions, dtype=np.int64),
+            np.ascontiguousarray(has_version, dtype=np.bool_), fresh_first, counts, fresh,
+            is_control, has_horizon, horizon, keep, kept, kept_tomb,
+        )  # fmt: skip
+        invalid += more_invalid
+        removed += more_removed
     else:
-        payload, recs, fresh_hashes, fresh_rb = arr, _NO_RECORDS, _NO_HASHES, _NO_ROWS
-    if cached is None:
-        rb, hashes, offsets = fresh_rb, fresh_hashes, recs[:, k.R_OFFSET]
-        keyed = recs[:, k.R_KEY_LEN] >= 0
-        tomb = recs[:, k.R_VALUE_LEN] < 0
-    else:
-        rb = np.concatenate((cached.batch, fresh_rb))
-        hashes = np.concatenate((cached.hashes, fresh_hashes))
-        offsets = np.concatenate((cached.offsets, recs[:, k.R_OFFSET]))
-        keyed = np.concatenate((cached.keyed, recs[:, k.R_KEY_LEN] >= 0))
-        tomb = np.concatenate((cached.tombstone, recs[:, k.R_VALUE_LEN] < 0))
-    in_range = offsets <= ctx.omap.latest_offset
-    data = ~is_control[rb]
-    check = np.flatnonzero(data & in_range & keyed)
-    wins = np.ones(rb.size, dtype=np.bool_)
-    if check.size:
-        versions: Any = None
-        has_version: Any = None
-        if ctx.strategy.versioned:  # never cached: the records are ``recs``
-            versions, has_version, _ = compute_versions(ctx.strategy, payload, recs[check])
-        wins[check] = ctx.omap.should_retain(hashes[check], offsets[check], versions, has_version)
-    deletes_kept = ~has_horizon[rb] | (ctx.now_ms < horizon[rb])
-    keep = ~data | ~in_range | (keyed & wins & (~tomb | deletes_kept))
+        payload, recs, fresh_rb, keep = arr, _NO_RECORDS, _NO_ROWS, _NO_BOOL
 
-    kept = _per_batch(rb, keep, nb)
-    kept_tomb = _per_batch(rb, keep & tomb, nb) > 0
     need_horizon = (kept_tomb | marker_for_empty_txn) & ~has_horizon
     action = np.full(nb, Action.DROP, dtype=np.int8)
     some = kept > 0
@@ -190,29 +193,32 @@ def decide_chunk(
     # Kafka's counters, plus cleanerd's
     sizes = batches[:, k.B_SIZE]
     stats.read_messages(int(counts[~delete].sum()), int(sizes.sum()))
-    stats.invalid_message(int((data & in_range & ~keyed).sum()))
+    stats.invalid_message(invalid)
     aborted_data = discard_records & ~is_control
     written = (action == Action.COPY) | (action == Action.REBUILD)
     dropped_markers = is_control & (counts > 0) & ~written
-    cached_dropped = int((action[rows[hit]] == Action.DROP).sum())
+    cached_dropped = int((action[hit] == Action.DROP).sum())
     stats.add(
-        tombstones_removed=int((data & tomb & ~keep).sum()),
+        tombstones_removed=removed,
         markers_removed=int(dropped_markers.sum()),
         aborted_records_removed=int(counts[aborted_data].sum()),
         batches_dropped_without_decompressing=int((delete | discard_records).sum())
         + cached_dropped,
     )
-    if cached is not None:
-        # read the cached batches to rebuild; their records come batch by batch, as in ``keep``
-        rebuild = np.flatnonzero(action == Action.REBUILD)
-        order = np.argsort(rb, kind="stable")
-        wanted = np.isin(rb[order], rebuild)
-        keep = keep[order][wanted]
-        if rebuild.size:
-            payload, recs = index_batches(arr, batches[rebuild], path=path)
-            fresh_rb = rebuild[recs[:, k.R_BATCH]]
-        else:
-            payload, recs, fresh_rb = arr, _NO_RECORDS, _NO_ROWS
+    rebuild = np.flatnonzero(action == Action.REBUILD)
+    if cache is not None and first is not None and hit[rebuild].any():
+        # read the batches to rebuild; their verdicts come batch by batch, in row order
+        n = counts[rebuild]
+        total = int(n.sum())
+        cached = np.repeat(hit[rebuild], n)
+        src = np.where(hit[rebuild], first[rebuild], fresh_first[rebuild])
+        idx = np.repeat(src - (np.cumsum(n) - n), n) + np.arange(total)
+        merged = np.empty(total, dtype=np.bool_)
+        merged[cached] = cache.keep[idx[cached]]
+        merged[~cached] = keep[idx[~cached]]
+        payload, recs = index_batches(arr, batches[rebuild], path=path)
+        fresh_rb = rebuild[recs[:, k.R_BATCH]]
+        keep = merged
         if keep.size != recs.shape[0]:  # pragma: no cover - pass 1 read these same bytes
             raise AssertionError(f"{path}: pass 1 and pass 2 disagree on the record count")
     return ChunkDecision(

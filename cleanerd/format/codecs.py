@@ -117,15 +117,18 @@ def compress(codec: Compression, data: bytes) -> bytes:
     raise ValueError(f"unknown codec {codec}")
 
 
-def decompress(codec: Compression, data: bytes) -> bytes:
-    """Decompress a batch payload; raises CorruptRecordError (without a position) on bad data."""
+def decompress(codec: Compression, data: bytes | memoryview) -> bytes:
+    """Decompress a batch payload; raises CorruptRecordError (without a position) on bad data.
+
+    ``data`` may be a memoryview (of a mapped segment), which saves copying it first.
+    """
     try:
         if codec == Compression.NONE:
-            return data
+            return bytes(data)
         if codec == Compression.GZIP:
             return gzip.decompress(data)
         if codec == Compression.SNAPPY:
-            return _snappy_decode(data)
+            return _snappy_decode(bytes(data))
         if codec == Compression.LZ4:
             return bytes(lz4.frame.decompress(data))
         if codec == Compression.ZSTD:

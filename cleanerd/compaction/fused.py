@@ -1,0 +1,300 @@
+"""Fused numba kernels for the cleaner's hot paths: one call per chunk, no per-record numpy.
+
+* ``map_records`` (pass 1, offset strategy): indexes every record of a chunk's data batches with
+  the format's own record parser (``kernels._index_one``, so validation is exactly the reader's),
+  hashes each key as it is parsed, puts the keyed records of the dirty range into the offset map
+  (Kafka's full rule, as ``OffsetMap.put_batch``) and writes what pass 2 needs of each record
+  (hash, offset, flags) into the record cache. The record matrix is never materialised: each
+  batch is parsed into a small scratch matrix that stays in L1.
+* ``decide_records`` (pass 2, every strategy): the retain decision of each record of the batches
+  looked at (the map's verdict, the delete horizon of tombstones, records beyond the map's range
+  and control records kept) and per batch the kept count and whether a tombstone was kept.
+
+Both reach ``OffsetMap``'s table through a raw pointer (``kernels._data_ptr``): a numba helper
+that takes an array pays an atomic incref/decref per call, which at one probe per record costs
+more than the probe. Probing is ``offset_map``'s (same home slot, Robin Hood order, hash
+normalisation, packed offsets), so a map filled here answers ``OffsetMap.get`` and
+``should_retain`` exactly as if ``put_batch`` had filled it, and the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from cleanerd.compaction.offset_map import OffsetMap, _dist, _home, _norm
+from cleanerd.compaction.strategy import wins
+from cleanerd.format import kernels as k
+from cleanerd.format.kernels import _data_ptr, _index_one
+
+Arr = npt.NDArray[Any]
+
+FLAG_KEYED = 1
+FLAG_TOMBSTONE = 2
+
+_H1, _H2, _OFF, _VER = 0, 1, 2, 3
+
+
+def table(omap: OffsetMap) -> Arr:
+    """The map's slot table (``uint64[slots, width]``), for the kernels here."""
+    return omap._tab
+
+
+def set_size(omap: OffsetMap, size: int) -> None:
+    """Record the entry count after a kernel here added keys to ``omap``'s table."""
+    omap._size = int(size)
+
+
+@njit(cache=True)
+def _find(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> Any:
+    """``offset_map._find`` over a table pointer: slot of the (normalised) hash, or -1."""
+    pos = _home(h1, slots)
+    for i in range(slots):
+        r1 = t[pos * width + _H1]
+        r2 = t[pos * width + _H2]
+        if r1 == h1 and r2 == h2:
+            return pos
+        if (r1 == 0 and r2 == 0) or _dist(pos, r1, slots) < i:
+            return -1
+        pos += 1
+        if pos == slots:
+            pos = 0
+    return -1
+
+
+@njit(cache=True)
+def _insert_offset(t: Any, slots: int, h1: np.uint64, h2: np.uint64, offset: int) -> int:
+    """``offset_map._insert`` for the offset strategy (width 3) over a table pointer.
+
+    Returns 1 if a key was added; the caller guarantees a free slot.
+    """
+    packed = np.uint64(offset)
+    pos = _home(h1, slots)
+    d = 0
+    while True:
+        o = pos * 3
+        r1 = t[o + _H1]
+        r2 = t[o + _H2]
+        if r1 == 0 and r2 == 0:
+            break
+        if r1 == h1 and r2 == h2:
+            t[o + _OFF] = packed  # Kafka: the later put always replaces
+            return 0
+        rd = _dist(pos, r1, slots)
+        if rd < d:
+            t[o + _H1] = h1
+            t[o + _H2] = h2
+            p = t[o + _OFF]
+            t[o + _OFF] = packed
+            h1, h2, packed = r1, r2, p
+            d = rd
+        pos += 1
+        d += 1
+        if pos == slots:
+            pos = 0
+    o = pos * 3
+    t[o + _H1] = h1
+    t[o + _H2] = h2
+    t[o + _OFF] = packed
+    return 1
+
+
+@njit(cache=True, nogil=True)
+def map_records(
+    buf: Arr,
+    starts: Arr,
+    ends: Arr,
+    base_offsets: Arr,
+    last_offsets: Arr,
+    base_timestamps: Arr,
+    counts: Arr,
+    log_append_times: Arr,
+    scratch: Arr,
+    scratch_hashes: Arr,
+    tab: Arr,
+    start_offset: int,
+    size: int,
+    max_entries: int,
+    cache_hashes: Arr,
+    cache_offsets: Arr,
+    cache_flags: Arr,
+    cursor: int,
+) -> tuple[int, int, int, int, int]:
+    """Index, hash and map the records of payloads ``buf[starts[i]:ends[i]]`` (offset strategy).
+
+    The per-batch columns describe the data batches of one chunk, in order (``counts`` already
+    checked by ``kernels.bad_counts``); ``scratch``/``scratch_hashes`` hold at least
+    ``max(counts)`` rows. Keyed records at or after ``start_offset`` go into ``tab`` (a width-3
+    ``OffsetMap`` table with ``size`` entries) until ``max_entries`` is reached: the map is then
+    full and the rest of the chunk is only indexed. With ``cursor >= 0`` every record's hash,
+    offset and flags (``FLAG_*``) are written to the cache arrays from ``cursor`` on.
+
+    Returns ``(error, records, full_record, size, latest)``: ``error`` is ``REC_OK`` or the
+    first record error (the caller re-indexes with the reader to raise it), ``records`` the
+    records indexed, ``full_record`` the chunk-relative index of the record that did not fit (-1
+    when the map did not fill), ``size`` the new entry count and ``latest`` the offset of the last
+    record put (-1 if none).
+    """
+    n = starts.shape[0]
+    if tab.shape[1] != 3 or scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
+        raise ValueError("map_records: wrong table or scratch shape")
+    rows = 0
+    top = 0
+    for i in range(n):
+        if not 0 <= starts[i] <= ends[i] <= buf.shape[0] or counts[i] < 0:
+            raise ValueError("map_records: a payload range lies outside the buffer")
+        rows += counts[i]
+        top = max(top, counts[i])
+    if scratch.shape[0] < top or scratch_hashes.shape[0] < top:
+        raise ValueError("map_records: scratch has fewer rows than a batch")
+    if cursor >= 0 and (
+        cache_hashes.shape[0] < cursor + rows
+        or cache_offsets.shape[0] < cursor + rows
+        or cache_flags.shape[0] < cursor + rows
+        or cache_hashes.shape[1] != 2
+    ):
+        raise ValueError("map_records: the cache arrays are too small")
+    buf_p = _data_ptr(buf)
+    scratch_p = _data_ptr(scratch)
+    sh_p = _data_ptr(scratch_hashes)
+    t = _data_ptr(tab)
+    slots = tab.shape[0]
+    prev = base_offsets[0] - 1 if n else 0
+    rec = 0
+    full_record = -1
+    latest = -1
+    for i in range(n):
+        err, _pos, prev = _index_one(
+            buf_p,
+            starts[i],
+            ends[i],
+            base_offsets[i],
+            last_offsets[i],
+            base_timestamps[i],
+            counts[i],
+            log_append_times[i],
+            i,
+            scratch_p,
+            sh_p,
+            True,
+            0,
+            prev,
+        )
+        if err != k.REC_OK:
+            return err, rec, full_record, size, latest
+        for r in range(counts[i]):
+            offset = scratch[r, k.R_OFFSET]
+            keyed = scratch[r, k.R_KEY_LEN] >= 0
+            h1 = scratch_hashes[r, 0]
+            h2 = scratch_hashes[r, 1]
+            if cursor >= 0:
+                c = cursor + rec
+                cache_hashes[c, 0] = h1
+                cache_hashes[c, 1] = h2
+                cache_offsets[c] = offset
+                flags = FLAG_KEYED if keyed else 0
+                if scratch[r, k.R_VALUE_LEN] < 0:
+                    flags |= FLAG_TOMBSTONE
+                cache_flags[c] = flags
+            if full_record < 0 and keyed and offset >= start_offset:
+                if size >= max_entries:
+                    full_record = rec  # Kafka: full before the key is even looked up
+                else:
+                    n1, n2 = _norm(h1, h2)
+                    size += _insert_offset(t, slots, n1, n2, offset)
+                    latest = offset
+            rec += 1
+    return k.REC_OK, rec, full_record, size, latest
+
+
+@njit(cache=True, nogil=True)
+def decide_records(
+    tab: Arr,
+    versioned: bool,
+    latest_offset: int,
+    now_ms: int,
+    hashes: Arr,
+    offsets: Arr,
+    flags: Arr,
+    versions: Arr,
+    has_version: Arr,
+    first: Arr,
+    counts: Arr,
+    rows: Arr,
+    is_control: Arr,
+    has_horizon: Arr,
+    horizon: Arr,
+    keep: Arr,
+    kept: Arr,
+    kept_tombstone: Arr,
+) -> tuple[int, int]:
+    """Pass 2's record rule for the records of batch ``rows`` (reference 3.10).
+
+    Batch ``b``'s records are ``first[b] .. first[b] + counts[b] - 1`` of the record arrays
+    (``versions``/``has_version`` are read only when ``versioned``). A record is kept when its
+    batch is a control batch, when it lies beyond ``latest_offset``, or when it is keyed, wins
+    its key in the map (``OffsetMap.should_retain``) and, if a tombstone, its batch's delete
+    horizon has not passed ``now_ms``. Writes ``keep`` per record and, per batch, ``kept`` (the
+    count) and ``kept_tombstone``; returns ``(unkeyed records in range, tombstones removed)``.
+    """
+    t = _data_ptr(tab)
+    slots = tab.shape[0]
+    width = tab.shape[1]
+    n = offsets.shape[0]
+    invalid = 0
+    removed = 0
+    for j in range(rows.shape[0]):
+        b = rows[j]
+        lo = first[b]
+        hi = lo + counts[b]
+        if lo < 0 or hi > n or hi > keep.shape[0] or hi > flags.shape[0] or hi > hashes.shape[0]:
+            raise ValueError("decide_records: a batch's records lie outside the arrays")
+        if versioned and (hi > versions.shape[0] or hi > has_version.shape[0]):
+            raise ValueError("decide_records: versions missing")
+        control = is_control[b]
+        deletes_kept = not has_horizon[b] or now_ms < horizon[b]
+        n_kept = 0
+        tomb_kept = False
+        for i in range(lo, hi):
+            f = flags[i]
+            keyed = (f & FLAG_KEYED) != 0
+            tomb = (f & FLAG_TOMBSTONE) != 0
+            if control or offsets[i] > latest_offset:
+                keep_it = True
+            elif not keyed:
+                invalid += 1
+                keep_it = False
+            else:
+                h1, h2 = _norm(hashes[i, 0], hashes[i, 1])
+                pos = _find(t, width, slots, h1, h2)
+                if pos < 0:
+                    win = True
+                else:
+                    packed = np.int64(t[pos * width + _OFF])
+                    if not versioned:
+                        win = offsets[i] >= packed  # Kafka's `offset >= found`
+                    else:
+                        o = packed if packed >= 0 else ~packed
+                        v = np.int64(t[pos * width + _VER])
+                        win = offsets[i] == o or wins(
+                            offsets[i],
+                            versions[i],
+                            has_version[i],
+                            int(o),
+                            int(v),
+                            bool(packed >= 0),
+                        )
+                keep_it = win and (not tomb or deletes_kept)
+            keep[i] = keep_it
+            if keep_it:
+                n_kept += 1
+                if tomb:
+                    tomb_kept = True
+            elif tomb and not control:
+                removed += 1
+        kept[b] = n_kept
+        kept_tombstone[b] = tomb_kept
+    return invalid, removed

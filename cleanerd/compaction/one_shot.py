@@ -1,0 +1,368 @@
+"""One-shot compaction of a partition: clean until nothing is left to clean at ``now``.
+
+The daemon cleans a log once when it is dirty enough; ``cleanerd compact`` instead wants the log
+as compact as Kafka's rules allow at one instant. So the driver:
+
+1. plans afresh and cleans while a dirty range is left (several passes when the offset map is too
+   small for the range), treating the log as compacted whatever its policy and ignoring
+   ``min.cleanable.dirty.ratio``; the target is the first plan's first uncleanable offset, so a
+   writer appending meanwhile cannot keep the loop going. These settling passes never remove
+   what they stamp themselves (``_Run._clean`` says why);
+2. sweeps the whole cleanable part until it stops changing: Kafka stamps a tombstone's (or an
+   empty transaction's marker's) delete horizon, ``now + delete.retention.ms``, on the first pass
+   that keeps it and removes it on a later pass past the horizon, so with
+   ``delete.retention.ms = 0`` a second pass at the same ``now`` removes them (as two cleanings
+   in Kafka would). A sweep is an ordinary ``Cleaner.clean`` whose dirty range is only the last
+   offset before the bound: the map then holds at most one key, its latest offset is
+   ``bound - 1`` (so every record of the log is judged, none is "beyond the map"), and pass 2
+   walks every segment from the log start with one transaction state for the whole pass.
+   ``Cleaner.clean`` returns early on an empty dirty range, and ``clean_segments`` with an empty
+   map would keep everything, so neither would do.
+
+``dry_run`` cleans a plain copy of the partition dir (and of the log dir's checkpoints) in a
+temporary dir, so the real files are never opened for writing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cleanerd.compaction.cleaner import Cleaner
+from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap
+from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
+from cleanerd.compaction.stats import MB, CleanerStats
+from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.throttle import Throttler
+from cleanerd.compaction.topic_config import LONG_MAX, TopicCleanerConfig
+from cleanerd.format import kernels as k
+from cleanerd.storage.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    update_offset_checkpoint,
+)
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog
+
+DEFAULT_DEDUPE_BUFFER_BYTES = 128 << 20
+"""Kafka's ``log.cleaner.dedupe.buffer.size``; one-shot runs give it all to one partition."""
+
+MAX_SWEEPS = 4
+"""Sweeps converge in at most three (stamp, remove tombstones and stamp their markers, remove
+those); the fourth only confirms. A cap, never reached, against a rule that would not settle."""
+
+LOG_DIR_CHECKPOINTS = (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+"""Log dir files planning reads (first dirty, log start, high watermark): copied for a dry run."""
+
+
+class CompactionError(Exception):
+    """The one-shot compaction cannot go on (for example no pass makes progress)."""
+
+
+@dataclass(frozen=True)
+class CompactionProgress:
+    """Reported before every chunk of every pass: what is running, and the bytes moved so far."""
+
+    partition: str
+    phase: str  # "clean" while dirty ranges are left, then "sweep"
+    passes: int  # passes finished before this one
+    io_bytes: int  # bytes read and written by all passes so far
+
+
+Progress = Callable[[CompactionProgress], None]
+
+
+@dataclass(frozen=True)
+class LogCensus:
+    """Record, byte and batch counts of a whole log, with a fingerprint of its batch headers."""
+
+    records: int  # every record, control records included
+    bytes: int
+    batches: int
+    fingerprint: str  # changes when any batch is added, removed or rewritten (its CRC changes)
+
+
+def census(log: PartitionLog) -> LogCensus:
+    """Walk every batch header (no CRC check, no decompression): cheap enough to run per pass."""
+    records = size = batches = 0
+    digest = hashlib.blake2b(digest_size=16)
+    for seg in list(log.segments):
+        b = seg.scan(check_crc=False).batches
+        records += int(b[:, k.B_COUNT].sum())
+        size += seg.size
+        batches += int(b.shape[0])
+        digest.update(b[:, [k.B_BASE_OFFSET, k.B_CRC, k.B_SIZE]].tobytes())
+    return LogCensus(records, size, batches, digest.hexdigest())
+
+
+@dataclass(frozen=True)
+class CompactionSummary:
+    """What one one-shot compaction did to one partition (what it would do, for a dry run)."""
+
+    partition: str
+    directory: str
+    dry_run: bool
+    strategy: str
+    records_in: int
+    records_out: int
+    bytes_in: int
+    bytes_out: int
+    batches_in: int
+    batches_out: int
+    passes: int  # every Cleaner.clean run, sweeps included
+    sweeps: int
+    seconds: float
+    tombstones_removed: int
+    markers_removed: int
+    aborted_records_removed: int
+    unkeyed_records_removed: int
+    anomalous_version_headers: int
+    first_offset: int  # log start offset
+    last_offset: int  # log end offset - 1
+    first_uncleanable_offset: int  # the cleanable end: nothing at or after it was touched
+    checkpoint: int | None  # cleaner-offset-checkpoint entry at the end
+    io_bytes: int  # bytes read and written by all passes
+    buffer_utilization: float  # highest offset map fill of any pass
+
+    @property
+    def records_removed(self) -> int:
+        return self.records_in - self.records_out
+
+    @property
+    def mb_per_s(self) -> float:
+        """Input size over wall time (MiB/s): how fast the partition as a whole was compacted."""
+        return self.bytes_in / MB / self.seconds if self.seconds > 0 else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """Flat JSON-ready fields (the dataclass fields plus the derived ones)."""
+        out = dataclasses.asdict(self)
+        out["seconds"] = round(self.seconds, 3)
+        out["mb_per_s"] = round(self.mb_per_s, 3)
+        out["records_removed"] = self.records_removed
+        out["buffer_utilization"] = round(self.buffer_utilization, 6)
+        return out
+
+
+def _never() -> bool:
+    return False
+
+
+def compact_partition(
+    log: PartitionLog,
+    config: TopicCleanerConfig,
+    strategy: StrategyConfig,
+    now_ms: int,
+    *,
+    map_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    abort_check: Callable[[], bool] = _never,
+    load_factor: float = DEFAULT_LOAD_FACTOR,
+) -> CompactionSummary:
+    """Clean ``log`` until it is as compact as the rules allow at ``now_ms``; see the module doc.
+
+    With ``dry_run`` the log's directory is copied and the copy compacted (the caller has opened
+    ``log``, which may already have recovered an interrupted swap: ``compact_directory`` avoids
+    even that). Errors (``CorruptRecordError`` first of all) propagate; the cleaner checks every
+    batch it will rewrite before the first swap, so a log with a corrupt batch is left as it was.
+    """
+    if dry_run:
+        return compact_directory(
+            log.directory,
+            log.config,
+            config,
+            strategy,
+            now_ms,
+            map_bytes=map_bytes,
+            dry_run=True,
+            progress=progress,
+            abort_check=abort_check,
+            load_factor=load_factor,
+        )
+    return _Run(log, config, strategy, now_ms, map_bytes, load_factor, progress, abort_check).run()
+
+
+def compact_directory(
+    directory: Path,
+    log_config: LogConfig,
+    config: TopicCleanerConfig,
+    strategy: StrategyConfig,
+    now_ms: int,
+    *,
+    map_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+    abort_check: Callable[[], bool] = _never,
+    load_factor: float = DEFAULT_LOAD_FACTOR,
+    temp_root: Path | None = None,
+) -> CompactionSummary:
+    """Open the partition dir (or, for a dry run, a copy of it in ``temp_root``) and compact it."""
+    directory = Path(directory)
+    args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check)
+    if not dry_run:
+        log = PartitionLog(directory, log_config)
+        try:
+            return _Run(log, *args).run()
+        finally:
+            log.close()
+    with tempfile.TemporaryDirectory(prefix="cleanerd-dry-run-", dir=temp_root) as tmp:
+        copy = copy_partition(directory, Path(tmp))
+        log = PartitionLog(copy, log_config)
+        try:
+            summary = _Run(log, *args).run()
+        finally:
+            log.close()
+    return dataclasses.replace(summary, directory=str(directory), dry_run=True)
+
+
+def copy_partition(directory: Path, target_logdir: Path) -> Path:
+    """Copy a partition dir (file contents and mtimes, never hard links) and its log dir's
+    checkpoints into ``target_logdir``; returns the copy's partition dir."""
+    copy = target_logdir / directory.name
+    shutil.copytree(directory, copy, copy_function=shutil.copy2)
+    for name in LOG_DIR_CHECKPOINTS:
+        source = directory.parent / name
+        if source.is_file():
+            shutil.copy2(source, target_logdir / name)
+    return copy
+
+
+class _Run:
+    """The state of one compaction: the cleaner, its stats, and the progress reporting."""
+
+    def __init__(
+        self,
+        log: PartitionLog,
+        config: TopicCleanerConfig,
+        strategy: StrategyConfig,
+        now_ms: int,
+        map_bytes: int,
+        load_factor: float,
+        progress: Progress | None,
+        abort_check: Callable[[], bool],
+    ) -> None:
+        self.log = log
+        # compacted whatever the policy says; the dirty ratio never holds a one-shot run back
+        self.config = dataclasses.replace(config, compact=True, min_cleanable_dirty_ratio=0.0)
+        self.strategy = strategy
+        self.now_ms = now_ms
+        self.io = Throttler(None)  # unlimited: only counts the bytes, for progress
+        self.cleaner = Cleaner(OffsetMap(map_bytes, strategy, load_factor), self.io)
+        self.progress = progress
+        self.abort_check = abort_check
+        self.stats: list[CleanerStats] = []
+        self.phase = "clean"
+        self.partition = str(log.topic_partition)
+        # settling passes: one ms earlier, one ms more retention (see _settling)
+        retention = min(self.config.delete_retention_ms + 1, LONG_MAX)
+        self.settle_config = dataclasses.replace(self.config, delete_retention_ms=retention)
+
+    def _check(self) -> bool:
+        """``abort_check`` for the cleaner: reports progress, then asks the caller's check."""
+        if self.progress is not None:
+            self.progress(
+                CompactionProgress(self.partition, self.phase, len(self.stats), self.io.bytes_total)
+            )
+        return self.abort_check()
+
+    def _plan(self) -> CleaningPlan:
+        return plan(
+            LogMeta.from_log(self.log, cleaner_checkpoint(self.log)), self.config, self.now_ms
+        )
+
+    def _clean(self, p: CleaningPlan, *, settling: bool) -> int:
+        """One pass. Settling passes judge delete horizons at ``now - 1`` with one more ms of
+        retention: they stamp the same horizon (``now + delete.retention.ms``) but never remove
+        what this run stamped. Under the timestamp and header strategies an older offset can beat
+        a newer one; a winning tombstone removed before the range holding its losers is cleaned
+        would bring a loser back. The sweeps then judge at ``now`` itself."""
+        config, now = (
+            (self.settle_config, self.now_ms - 1) if settling else (self.config, self.now_ms)
+        )
+        result = self.cleaner.clean(self.log, p, config, self.strategy, now, self._check)
+        self.stats.append(result.stats)
+        return result.end_offset
+
+    def run(self) -> CompactionSummary:
+        started = time.monotonic()
+        before = census(self.log)
+        first = p = self._plan()
+        target = first.first_uncleanable_offset
+        while p.first_dirty_offset < min(p.first_uncleanable_offset, target):
+            p = dataclasses.replace(
+                p, first_uncleanable_offset=min(p.first_uncleanable_offset, target)
+            )
+            end = self._clean(p, settling=True)
+            if end <= p.first_dirty_offset:
+                raise CompactionError(
+                    f"{self.partition}: a pass from offset {p.first_dirty_offset} made no progress"
+                )
+            p = self._plan()
+        upper = min(p.first_uncleanable_offset, target)
+        sweeps = self._sweep(p, upper) if upper > self.log.log_start_offset else 0
+        after = census(self.log)
+        total = CleanerStats.total(self.stats)
+        return CompactionSummary(
+            partition=self.partition,
+            directory=str(self.log.directory),
+            dry_run=False,
+            strategy=str(self.strategy.strategy),
+            records_in=before.records,
+            records_out=after.records,
+            bytes_in=before.bytes,
+            bytes_out=after.bytes,
+            batches_in=before.batches,
+            batches_out=after.batches,
+            passes=len(self.stats),
+            sweeps=sweeps,
+            seconds=time.monotonic() - started,
+            tombstones_removed=total.tombstones_removed,
+            markers_removed=total.markers_removed,
+            aborted_records_removed=total.aborted_records_removed,
+            unkeyed_records_removed=total.invalid_messages_read,
+            anomalous_version_headers=total.anomalous_version_headers,
+            first_offset=self.log.log_start_offset,
+            last_offset=self.log.log_end_offset - 1,
+            first_uncleanable_offset=upper,
+            checkpoint=cleaner_checkpoint(self.log),
+            io_bytes=self.io.bytes_total,
+            buffer_utilization=total.buffer_utilization,
+        )
+
+    def _sweep(self, p: CleaningPlan, upper: int) -> int:
+        """Whole-log passes until the log stops changing; returns how many ran.
+
+        The checkpoint a sweep writes (``upper``) never moves an entry that was further back.
+        """
+        self.phase = "sweep"
+        checkpoint = cleaner_checkpoint(self.log)
+        sweep = dataclasses.replace(p, first_dirty_offset=upper - 1, first_uncleanable_offset=upper)
+        mark = census(self.log).fingerprint
+        count = 0
+        while count < MAX_SWEEPS:
+            self._clean(sweep, settling=False)
+            count += 1
+            now = census(self.log).fingerprint
+            if now == mark:
+                break
+            mark = now
+        if checkpoint is not None and checkpoint > upper:
+            update_offset_checkpoint(
+                self.log.directory.parent / CLEANER_OFFSET_CHECKPOINT,
+                {self.log.topic_partition: checkpoint},
+            )
+        return count
