@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from cleanerd import __version__
+from cleanerd.cli.compact import compact
 from cleanerd.cli.dump import dump
 from cleanerd.cli.gen import gen
+from cleanerd.cli.plan import plan_command
 from cleanerd.cli.verify import verify
 
 
@@ -19,6 +21,8 @@ def cli() -> None:
 cli.add_command(dump)
 cli.add_command(verify)
 cli.add_command(gen)
+cli.add_command(compact)
+cli.add_command(plan_command)
 
 
 def main() -> None:

@@ -10,20 +10,22 @@ the order of the transaction state machine.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from cleanerd.compaction import crc
 from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
 from cleanerd.format import reader
-from cleanerd.format.codecs import Compression, decompress
+from cleanerd.format.codecs import DECOMPRESS_ERRORS, Compression, decompressor
 from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_TRANSACTIONAL
-from cleanerd.format.reader import I64, U8, U64, index_batches, scan_batches
+from cleanerd.format.reader import I64, U8, U64, BatchScan, index_batches, scan_batches
 from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.txnindex import AbortedTxn
@@ -40,15 +42,31 @@ def index_and_hash(arr: U8, batches: I64, path: str) -> tuple[U8, I64, U64]:
 
 
 _CODECS = tuple(Compression)
+_local = threading.local()
+PAYLOAD_BUFFER_MAX = 64 << 20
+"""Decompressed payloads of a chunk go into a buffer kept per thread up to this size."""
+
+
+def _payload_buffer(size: int) -> U8:
+    """A buffer of at least ``size`` bytes, reused by the thread's next calls (up to a cap)."""
+    buf: U8 | None = getattr(_local, "payload", None)
+    if buf is not None and buf.shape[0] >= size:
+        return buf
+    if size > PAYLOAD_BUFFER_MAX:
+        return np.empty(size, dtype=np.uint8)
+    buf = np.empty(max(size, 1 << 20), dtype=np.uint8)
+    _local.payload = buf
+    return buf
 
 
 def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
     """``(buffer, starts, ends)``: each batch's record bytes, decompressed where needed.
 
     Uncompressed batches are read in place (the buffer is ``arr``); otherwise every payload is
-    laid end to end in a new buffer. The batches must have records (Kafka never decompresses an
-    empty batch). None when a payload does not decompress: the caller then indexes the batches
-    with the reader, which raises the error with its position.
+    laid end to end in a buffer the calling thread reuses (valid until its next call). The
+    batches must have records (Kafka never decompresses an empty batch). None when a payload
+    does not decompress: the caller then indexes the batches with the reader, which raises the
+    error with its position.
     """
     pos = batches[:, k.B_POS]
     starts = pos + k.HEADER_SIZE
@@ -58,14 +76,29 @@ def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
         return arr, starts, ends
     mv = arr.data
     parts: list[bytes | memoryview] = []
+    fns: dict[int, Callable[[bytes | memoryview], bytes]] = {}
     try:
         for lo, hi, c in zip(starts.tolist(), ends.tolist(), codecs.tolist(), strict=True):
-            parts.append(mv[lo:hi] if c == 0 else decompress(_CODECS[c], mv[lo:hi]))
-    except (CorruptRecordError, IndexError):
+            if c == 0:
+                parts.append(mv[lo:hi])
+                continue
+            fn = fns.get(c)
+            if fn is None:
+                fn = fns[c] = decompressor(_CODECS[c])
+            parts.append(fn(mv[lo:hi]))
+    except (*DECOMPRESS_ERRORS, IndexError):
         return None
     lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
     out_ends = np.cumsum(lengths)
-    return np.frombuffer(b"".join(parts), dtype=np.uint8), out_ends - lengths, out_ends
+    total = int(out_ends[-1]) if parts else 0
+    buf = _payload_buffer(total)
+    dst = buf.data
+    q = 0
+    for part in parts:
+        n = len(part)
+        dst[q : q + n] = part
+        q += n
+    return buf, out_ends - lengths, out_ends
 
 
 def iter_chunks(
@@ -92,15 +125,11 @@ def iter_chunks(
     prev = prev_last_offset
     while pos < size:
         end = min(size, pos + step)
-        scan = scan_batches(
-            arr, start=pos, end=end, path=path, check_crc=check_crc, prev_last_offset=prev
-        )
+        scan = _scan(arr, pos, end, path, check_crc, prev)
         if len(scan) == 0 and end < size:
             # one batch larger than the chunk, or a real problem: scan exactly that batch
             whole = _batch_extent(arr, pos, size)
-            scan = scan_batches(
-                arr, start=pos, end=whole, path=path, check_crc=check_crc, prev_last_offset=prev
-            )
+            scan = _scan(arr, pos, whole, path, check_crc, prev)
         if len(scan):
             yield scan.batches
             prev = int(scan.batches[-1, k.B_LAST_OFFSET])
@@ -112,6 +141,29 @@ def iter_chunks(
             scan.raise_error()
             if len(scan) == 0:  # pragma: no cover - scan_batches always reports why
                 raise CorruptRecordError("no batch found", path=path, position=pos)
+
+
+def _scan(arr: U8, start: int, end: int, path: str, check_crc: bool, prev: int) -> BatchScan:
+    """``scan_batches``, with the CRC32C check done by ``crc.first_bad_crc`` where it can be.
+
+    The walk runs without CRCs; if every CRC of the batches it found matches, that is the
+    result ``scan_batches`` gives with CRCs. On a mismatch the scan is redone with the reader's
+    own check, which finds the same batch and words the error.
+    """
+    fast = check_crc and crc.AVAILABLE
+    scan = scan_batches(
+        arr,
+        start=start,
+        end=end,
+        path=path,
+        check_crc=check_crc and not fast,
+        prev_last_offset=prev,
+    )
+    if fast and len(scan) and crc.first_bad_crc(arr, scan.batches) >= 0:
+        scan = scan_batches(
+            arr, start=start, end=end, path=path, check_crc=True, prev_last_offset=prev
+        )
+    return scan
 
 
 def release(arr: U8, start: int, end: int) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,13 +40,13 @@ from cleanerd.format.header import ATTR_TIMESTAMP_TYPE
 from cleanerd.format.reader import I64, U8
 from cleanerd.storage.segment import LogSegment
 
+Arr = npt.NDArray[Any]
 OnChunk = Callable[[int], None]
 """Called before each chunk with its size in bytes: abort check and throttling."""
 
 _NO_HASHES = np.zeros((0, 2), dtype=np.uint64)
-_NO_OFFSETS = np.zeros(0, dtype=np.int64)
-_NO_FLAGS = np.zeros(0, dtype=np.uint8)
 _NO_RECORDS = np.zeros((0, k.RECORD_COLUMNS), dtype=np.int64)
+_NO_TOUCHED = np.zeros(0, dtype=np.uint64)
 
 
 @dataclass
@@ -74,6 +75,7 @@ def _map_chunk(
     stats: CleanerStats,
     cache: RecordCache | None = None,
     segment_id: int = 0,
+    touched: Arr = _NO_TOUCHED,
 ) -> bool:
     """Put one chunk's records into the map; True when the map filled up."""
     is_control, aborted = transaction_verdicts(meta, arr, batches, path)
@@ -82,7 +84,9 @@ def _map_chunk(
     if strategy.versioned:
         g, b, full = _put_versioned(arr, batches, data_rows, path, start, omap, strategy, stats)
     else:
-        g, b, full = _put_fused(arr, batches, data_rows, path, start, omap, cache, segment_id)
+        g, b, full = _put_fused(
+            arr, batches, data_rows, path, start, omap, cache, segment_id, touched
+        )
     # Kafka counts a control batch as one message and an aborted batch by its record count
     skipped = np.where(is_control, 1, np.where(aborted, counts, 0))
     stats.index_messages_read(g + int(skipped[:b].sum()))
@@ -129,6 +133,7 @@ def _put_fused(
     omap: OffsetMap,
     cache: RecordCache | None,
     segment_id: int,
+    touched: Arr,
 ) -> tuple[int, int, bool]:
     """Offset strategy: one ``fused.map_records`` call indexes, hashes, maps and caches.
 
@@ -154,6 +159,12 @@ def _put_fused(
                 sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
             )
             tab = fused.table(omap)
+            if cache is not None and cursor >= 0:
+                hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
+            else:  # not kept: a chunk's worth of room for the kernel
+                hashes = np.empty((total, 2), dtype=np.uint64)
+                offsets = np.empty(total, dtype=np.int64)
+                flags = np.empty(total, dtype=np.uint8)
             err, records, full_record, size, latest = fused.map_records(
                 buf,
                 starts,
@@ -169,10 +180,11 @@ def _put_fused(
                 start,
                 omap.size,
                 omap.max_entries,
-                cache.hashes if cache is not None else _NO_HASHES,
-                cache.offsets if cache is not None else _NO_OFFSETS,
-                cache.flags if cache is not None else _NO_FLAGS,
-                cursor,
+                hashes,
+                offsets,
+                flags,
+                max(cursor, 0),
+                touched,
             )
             fused.set_size(omap, size)
             if latest >= 0:
@@ -192,6 +204,23 @@ def _put_fused(
     return records, nb, False
 
 
+def clear_map(omap: OffsetMap, touched: Arr | None) -> None:
+    """``omap.clear()``, at the cost of the slots in use where the ``touched`` bitmap knows them.
+
+    A map nothing was put into since its last clear is left as it is.
+    """
+    if omap.size and not (
+        touched is not None
+        and touched.shape[0] * 64 >= omap.slots
+        and fused.clear_touched(fused.table(omap), touched) == omap.size
+    ):
+        omap.clear()
+    if touched is not None:
+        touched.fill(0)
+    fused.set_size(omap, 0)
+    omap.update_latest_offset(-1)
+
+
 def build_offset_map(
     dirty: Sequence[LogSegment],
     log_segments: Sequence[LogSegment],
@@ -202,17 +231,19 @@ def build_offset_map(
     stats: CleanerStats,
     on_chunk: OnChunk,
     cache: RecordCache | None = None,
+    touched: Arr | None = None,
 ) -> MapBuild:
     """Fill ``omap`` from the dirty segments over [start, end); Kafka's ``buildOffsetMap``.
 
     ``log_segments`` is the whole log (aborted txns are looked up in every later ``.txnindex``).
     The returned end offset is ``latest_offset + 1``: ``end`` unless the map filled up.
-    ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2.
+    ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2. ``touched`` (a
+    ``fused.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
+    start cost the slots the last build used instead of the whole table.
     """
-    if omap.size:
-        omap.clear()
-    else:  # nothing was put since the last clear: the table is still all empty slots
-        omap.update_latest_offset(-1)
+    clear_map(omap, touched)
+    if touched is None or touched.shape[0] * 64 < omap.slots:
+        touched = fused.touched_bitmap(omap)
     meta = CleanedTransactionMetadata(collect_aborted(log_segments, start, end))
     result = MapBuild(end_offset=start, full=False)
     for i, seg in enumerate(dirty):
@@ -223,7 +254,9 @@ def build_offset_map(
         prev = seg.base_offset - 1 if position == 0 else -1
         for batches in iter_chunks(arr, path=path, start=position, prev_last_offset=prev):
             on_chunk(int(batches[:, k.B_SIZE].sum()))
-            if _map_chunk(arr, batches, path, start, omap, strategy, meta, stats, cache, id(seg)):
+            if _map_chunk(
+                arr, batches, path, start, omap, strategy, meta, stats, cache, id(seg), touched
+            ):
                 result.full = True
                 break
         if result.full:
@@ -235,7 +268,25 @@ def build_offset_map(
         omap.update_latest_offset(next_start - 1)  # steps over offset gaps (Kafka test 44)
     if omap.latest_offset >= 0:
         result.end_offset = omap.latest_offset + 1
+    if cache is not None and not strategy.versioned:
+        _mark_winners(omap, touched, cache, start)
     return result
+
+
+WINNER_MARKING_RATIO = 4
+"""Mark the winners in the cache (one sort of the map's offsets and a merge walk) instead of
+looking every cached record up in pass 2, when the cache holds this many records per key."""
+
+
+def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache, start: int) -> None:
+    """Flag each cached record that is its key's entry in the map (``fused.mark_winners``)."""
+    if cache.records == 0 or omap.size * WINNER_MARKING_RATIO > cache.records:
+        return
+    winners = np.sort(fused.map_offsets(fused.table(omap), touched))
+    if winners.shape[0] != omap.size:  # pragma: no cover - every put marks its slot
+        return
+    fused.mark_winners(winners, cache.offsets, cache.flags, cache.records)
+    cache.winners_from = start
 
 
 def update_from_clean_prefix(

@@ -31,6 +31,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from cleanerd.compaction import batches as batches_mod
 from cleanerd.compaction.batches import (
     collect_aborted,
     iter_chunks,
@@ -40,6 +43,7 @@ from cleanerd.compaction.batches import (
 )
 from cleanerd.compaction.build_map import build_offset_map, update_from_clean_prefix
 from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable, decide_chunk
+from cleanerd.compaction.fused import Arr, touched_bitmap
 from cleanerd.compaction.grouping import SegmentSizes, group_items
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.plan import CleaningPlan
@@ -61,7 +65,10 @@ from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 
 RECORD_CACHE_BYTES = 64 << 20
-"""Default bound of pass 1's record cache (``record_cache``): 25 bytes a record."""
+"""Default bound of pass 1's record cache (``record_cache``): 26 bytes a record."""
+
+CACHED_CHUNKS = 4
+"""Pass 2 decides the batches pass 1 cached this many chunks (``CHUNK_BYTES``) at a time."""
 
 
 class CleaningAbortedError(Exception):
@@ -100,6 +107,16 @@ class Cleaner:
         self.throttler = throttler
         self.clock = clock
         self.record_cache_bytes = record_cache_bytes
+        self._touched: Arr | None = None  # slots this cleaner's map builds wrote (clear_map)
+        self._cache: RecordCache | None = None
+
+    def _record_cache(self) -> RecordCache:
+        """The record cache, emptied; kept from one clean to the next, as Kafka keeps its
+        buffers, so its pages are faulted in once rather than on every clean."""
+        if self._cache is None or self._cache.max_bytes != self.record_cache_bytes:
+            self._cache = RecordCache(self.record_cache_bytes)
+        self._cache.reset()
+        return self._cache
 
     def clean(
         self,
@@ -128,9 +145,11 @@ class Cleaner:
         segments = list(log.segments)
         cleanable = segments[:-1]  # never the active segment
         dirty = segments_between(cleanable, start, upper)
-        cache = None if strategy.versioned else RecordCache(self.record_cache_bytes)
+        cache = None if strategy.versioned else self._record_cache()
+        if self._touched is None or self._touched.shape[0] * 64 < self.map.slots:
+            self._touched = touched_bitmap(self.map)
         build = build_offset_map(
-            dirty, segments, start, upper, self.map, strategy, stats, on_chunk, cache
+            dirty, segments, start, upper, self.map, strategy, stats, on_chunk, cache, self._touched
         )
         update_from_clean_prefix(
             segments_between(cleanable, -1, start), segments, start, self.map, strategy, on_chunk
@@ -290,17 +309,34 @@ def _chunks(
     """
     cached = cache.chunks(id(seg)) if cache is not None else None
     if cached is not None:
-        for batches, first in cached:
+        # nothing is read to decide these: take several of pass 1's chunks at a time
+        step = batches_mod.CHUNK_BYTES * CACHED_CHUNKS
+        i = 0
+        while i < len(cached):
+            j, size = i, 0
+            while j < len(cached) and (j == i or size + _chunk_bytes(cached[j][0]) <= step):
+                size += _chunk_bytes(cached[j][0])
+                j += 1
+            if j == i + 1:
+                batches, first = cached[i]
+            else:
+                batches = np.concatenate([b for b, _ in cached[i:j]])
+                first = np.concatenate([f for _, f in cached[i:j]])
             yield batches, first
             if batches.shape[0]:
                 end = int(batches[-1, k.B_POS] + batches[-1, k.B_SIZE])
                 release(arr, int(batches[0, k.B_POS]), end)
+            i = j
         return
     path = str(seg.log_path)
     for batches in iter_chunks(
         arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
     ):
         yield batches, cache.first_records(id(seg), batches) if cache is not None else None
+
+
+def _chunk_bytes(batches: I64) -> int:
+    return int(batches[:, k.B_SIZE].sum())
 
 
 def _new_cleaned_segment(log: PartitionLog, base_offset: int) -> LogSegment:

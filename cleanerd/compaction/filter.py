@@ -153,7 +153,7 @@ def decide_chunk(
         invalid, removed = fused.decide_records(
             tab, False, latest, ctx.now_ms, cache.hashes, cache.offsets, cache.flags,
             _NO_I64, _NO_BOOL, first, counts, np.flatnonzero(hit), is_control, has_horizon,
-            horizon, cache.keep, kept, kept_tomb,
+            horizon, cache.keep, kept, kept_tomb, cache.winners_from,
         )  # fmt: skip
     fresh = np.flatnonzero(look & ~hit)
     fresh_first = np.full(nb, -1, dtype=np.int64)
@@ -174,7 +174,7 @@ def decide_chunk(
             np.ascontiguousarray(recs[:, k.R_OFFSET]), flags.astype(np.uint8),
             np.ascontiguousarray(versions, dtype=np.int64),
             np.ascontiguousarray(has_version, dtype=np.bool_), fresh_first, counts, fresh,
-            is_control, has_horizon, horizon, keep, kept, kept_tomb,
+            is_control, has_horizon, horizon, keep, kept, kept_tomb, -1,
         )  # fmt: skip
         invalid += more_invalid
         removed += more_removed

@@ -34,6 +34,7 @@ Arr = npt.NDArray[Any]
 
 FLAG_KEYED = 1
 FLAG_TOMBSTONE = 2
+FLAG_WINNER = 4  # the record's offset is its key's entry in the map (``mark_winners``)
 
 _H1, _H2, _OFF, _VER = 0, 1, 2, 3
 
@@ -66,10 +67,18 @@ def _find(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> Any:
 
 
 @njit(cache=True)
-def _insert_offset(t: Any, slots: int, h1: np.uint64, h2: np.uint64, offset: int) -> int:
+def _mark(touched: Any, pos: int) -> None:
+    touched[pos >> 6] |= np.uint64(1) << np.uint64(pos & 63)
+
+
+@njit(cache=True)
+def _insert_offset(
+    t: Any, slots: int, h1: np.uint64, h2: np.uint64, offset: int, touched: Any
+) -> int:
     """``offset_map._insert`` for the offset strategy (width 3) over a table pointer.
 
-    Returns 1 if a key was added; the caller guarantees a free slot.
+    Returns 1 if a key was added; the caller guarantees a free slot. Every slot written is
+    marked in the ``touched`` bitmap (see ``clear_touched``).
     """
     packed = np.uint64(offset)
     pos = _home(h1, slots)
@@ -89,6 +98,7 @@ def _insert_offset(t: Any, slots: int, h1: np.uint64, h2: np.uint64, offset: int
             t[o + _H2] = h2
             p = t[o + _OFF]
             t[o + _OFF] = packed
+            _mark(touched, pos)
             h1, h2, packed = r1, r2, p
             d = rd
         pos += 1
@@ -99,7 +109,44 @@ def _insert_offset(t: Any, slots: int, h1: np.uint64, h2: np.uint64, offset: int
     t[o + _H1] = h1
     t[o + _H2] = h2
     t[o + _OFF] = packed
+    _mark(touched, pos)
     return 1
+
+
+def touched_bitmap(omap: OffsetMap) -> Arr:
+    """A bitmap with one bit per slot of ``omap``, for ``map_records`` and ``clear_touched``."""
+    return np.zeros((omap.slots + 63) // 64, dtype=np.uint64)
+
+
+@njit(cache=True, nogil=True)
+def clear_touched(tab: Arr, touched: Arr) -> int:
+    """Empty the slots marked in ``touched`` and unmark them; returns how many held a key.
+
+    A table has exactly as many occupied slots as its map's size, so when the count equals the
+    size, every key was in a marked slot and the table is empty again, at the cost of the keys
+    rather than of the whole table (a 128 MiB memset). Otherwise the caller clears the table.
+    """
+    width = tab.shape[1]
+    if touched.shape[0] * 64 < tab.shape[0]:
+        raise ValueError("clear_touched: the bitmap is smaller than the table")
+    t = _data_ptr(tab)
+    n = 0
+    for w in range(touched.shape[0]):
+        word = touched[w]
+        if word == 0:
+            continue
+        touched[w] = 0
+        for b in range(64):
+            if word & (np.uint64(1) << np.uint64(b)):
+                pos = w * 64 + b
+                if pos >= tab.shape[0]:
+                    break
+                o = pos * width
+                if t[o + _H1] != 0 or t[o + _H2] != 0:
+                    n += 1
+                for c in range(width):
+                    t[o + c] = 0
+    return n
 
 
 @njit(cache=True, nogil=True)
@@ -122,21 +169,23 @@ def map_records(
     cache_offsets: Arr,
     cache_flags: Arr,
     cursor: int,
+    touched: Arr,
 ) -> tuple[int, int, int, int, int]:
     """Index, hash and map the records of payloads ``buf[starts[i]:ends[i]]`` (offset strategy).
 
     The per-batch columns describe the data batches of one chunk, in order (``counts`` already
     checked by ``kernels.bad_counts``); ``scratch``/``scratch_hashes`` hold at least
-    ``max(counts)`` rows. Keyed records at or after ``start_offset`` go into ``tab`` (a width-3
-    ``OffsetMap`` table with ``size`` entries) until ``max_entries`` is reached: the map is then
-    full and the rest of the chunk is only indexed. With ``cursor >= 0`` every record's hash,
-    offset and flags (``FLAG_*``) are written to the cache arrays from ``cursor`` on.
+    ``max(counts)`` rows. Every record's hash, offset and flags (``FLAG_*``) are written to the
+    cache arrays from ``cursor`` on (which must have room for the chunk). Then the keyed records
+    at or after ``start_offset`` go into ``tab`` (a width-3 ``OffsetMap`` table with ``size``
+    entries) until ``max_entries`` is reached: the map is then full. Every slot written is
+    marked in ``touched`` (``touched_bitmap``).
 
     Returns ``(error, records, full_record, size, latest)``: ``error`` is ``REC_OK`` or the
-    first record error (the caller re-indexes with the reader to raise it), ``records`` the
-    records indexed, ``full_record`` the chunk-relative index of the record that did not fit (-1
-    when the map did not fill), ``size`` the new entry count and ``latest`` the offset of the last
-    record put (-1 if none).
+    first record error (the caller re-indexes with the reader to raise it; nothing was put),
+    ``records`` the records indexed, ``full_record`` the chunk-relative index of the record
+    that did not fit (-1 when the map did not fill), ``size`` the new entry count and ``latest``
+    the offset of the last record put (-1 if none).
     """
     n = starts.shape[0]
     if tab.shape[1] != 3 or scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
@@ -150,22 +199,26 @@ def map_records(
         top = max(top, counts[i])
     if scratch.shape[0] < top or scratch_hashes.shape[0] < top:
         raise ValueError("map_records: scratch has fewer rows than a batch")
-    if cursor >= 0 and (
-        cache_hashes.shape[0] < cursor + rows
+    if (
+        cursor < 0
+        or cache_hashes.shape[0] < cursor + rows
         or cache_offsets.shape[0] < cursor + rows
         or cache_flags.shape[0] < cursor + rows
         or cache_hashes.shape[1] != 2
     ):
         raise ValueError("map_records: the cache arrays are too small")
+    if touched.shape[0] * 64 < tab.shape[0]:
+        raise ValueError("map_records: the bitmap is smaller than the table")
     buf_p = _data_ptr(buf)
     scratch_p = _data_ptr(scratch)
     sh_p = _data_ptr(scratch_hashes)
     t = _data_ptr(tab)
+    touched_p = _data_ptr(touched)
     slots = tab.shape[0]
     prev = base_offsets[0] - 1 if n else 0
     rec = 0
-    full_record = -1
-    latest = -1
+    # first every record of the chunk into the cache arrays, then the puts from there: a tight
+    # put loop overlaps its cache misses far better than one interleaved with the parsing
     for i in range(n):
         err, _pos, prev = _index_one(
             buf_p,
@@ -184,30 +237,79 @@ def map_records(
             prev,
         )
         if err != k.REC_OK:
-            return err, rec, full_record, size, latest
+            return err, rec, -1, size, -1
         for r in range(counts[i]):
-            offset = scratch[r, k.R_OFFSET]
-            keyed = scratch[r, k.R_KEY_LEN] >= 0
-            h1 = scratch_hashes[r, 0]
-            h2 = scratch_hashes[r, 1]
-            if cursor >= 0:
-                c = cursor + rec
-                cache_hashes[c, 0] = h1
-                cache_hashes[c, 1] = h2
-                cache_offsets[c] = offset
-                flags = FLAG_KEYED if keyed else 0
-                if scratch[r, k.R_VALUE_LEN] < 0:
-                    flags |= FLAG_TOMBSTONE
-                cache_flags[c] = flags
-            if full_record < 0 and keyed and offset >= start_offset:
-                if size >= max_entries:
-                    full_record = rec  # Kafka: full before the key is even looked up
-                else:
-                    n1, n2 = _norm(h1, h2)
-                    size += _insert_offset(t, slots, n1, n2, offset)
-                    latest = offset
+            c = cursor + rec
+            cache_hashes[c, 0] = scratch_hashes[r, 0]
+            cache_hashes[c, 1] = scratch_hashes[r, 1]
+            cache_offsets[c] = scratch[r, k.R_OFFSET]
+            flags = FLAG_KEYED if scratch[r, k.R_KEY_LEN] >= 0 else 0
+            if scratch[r, k.R_VALUE_LEN] < 0:
+                flags |= FLAG_TOMBSTONE
+            cache_flags[c] = flags
             rec += 1
+    full_record = -1
+    latest = -1
+    for j in range(rec):
+        c = cursor + j
+        offset = cache_offsets[c]
+        if (cache_flags[c] & FLAG_KEYED) and offset >= start_offset:
+            if size >= max_entries:
+                full_record = j  # Kafka: full before the key is even looked up
+                break
+            n1, n2 = _norm(cache_hashes[c, 0], cache_hashes[c, 1])
+            size += _insert_offset(t, slots, n1, n2, offset, touched_p)
+            latest = offset
     return k.REC_OK, rec, full_record, size, latest
+
+
+@njit(cache=True, nogil=True)
+def map_offsets(tab: Arr, touched: Arr) -> Arr:
+    """The offsets held by the slots marked in ``touched`` (offset strategy), unsorted."""
+    t = _data_ptr(tab)
+    width = tab.shape[1]
+    n = 0
+    for w in range(touched.shape[0]):
+        word = touched[w]
+        while word:
+            n += 1
+            word &= word - np.uint64(1)
+    out = np.empty(n, dtype=np.int64)
+    m = 0
+    for w in range(touched.shape[0]):
+        word = touched[w]
+        b = 0
+        while word:
+            if word & np.uint64(1):
+                pos = w * 64 + b
+                o = pos * width
+                if pos < tab.shape[0] and (t[o + _H1] != 0 or t[o + _H2] != 0):
+                    out[m] = np.int64(t[o + _OFF])
+                    m += 1
+            word >>= np.uint64(1)
+            b += 1
+    return out[:m]
+
+
+@njit(cache=True, nogil=True)
+def mark_winners(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
+    """Set ``FLAG_WINNER`` on the first ``n`` records whose offset is in ``winners``.
+
+    Both ``winners`` and ``offsets[:n]`` are ascending (pass 1 caches records in offset order):
+    one merge walk. Returns how many records were marked.
+    """
+    i = 0
+    marked = 0
+    for j in range(n):
+        o = offsets[j]
+        while i < winners.shape[0] and winners[i] < o:
+            i += 1
+        if i < winners.shape[0] and winners[i] == o:
+            flags[j] |= FLAG_WINNER
+            marked += 1
+        else:
+            flags[j] &= ~FLAG_WINNER
+    return marked
 
 
 @njit(cache=True, nogil=True)
@@ -230,6 +332,7 @@ def decide_records(
     keep: Arr,
     kept: Arr,
     kept_tombstone: Arr,
+    winners_from: int,
 ) -> tuple[int, int]:
     """Pass 2's record rule for the records of batch ``rows`` (reference 3.10).
 
@@ -239,6 +342,11 @@ def decide_records(
     its key in the map (``OffsetMap.should_retain``) and, if a tombstone, its batch's delete
     horizon has not passed ``now_ms``. Writes ``keep`` per record and, per batch, ``kept`` (the
     count) and ``kept_tombstone``; returns ``(unkeyed records in range, tombstones removed)``.
+
+    Records at or after ``winners_from`` (-1: none) carry ``FLAG_WINNER`` from ``mark_winners``
+    and are decided by it without a map lookup: every keyed record of the map's range at or
+    after the first dirty offset was put into the map in offset order, so its key is present
+    and ``offset >= found`` holds exactly for the last one, the one the map holds.
     """
     t = _data_ptr(tab)
     slots = tab.shape[0]
@@ -267,6 +375,8 @@ def decide_records(
             elif not keyed:
                 invalid += 1
                 keep_it = False
+            elif 0 <= winners_from <= offsets[i]:
+                keep_it = (f & FLAG_WINNER) != 0 and (not tomb or deletes_kept)
             else:
                 h1, h2 = _norm(hashes[i, 0], hashes[i, 1])
                 pos = _find(t, width, slots, h1, h2)

@@ -60,15 +60,24 @@ class RecordCache:
     """Per segment: the batches pass 1 read and the records it indexed (up to ``max_bytes``)."""
 
     def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
         self.max_records = max(0, max_bytes) // RECORD_BYTES
         self.max_batch_bytes = max(0, max_bytes) // 4
         self.records = 0
         self.batch_bytes = 0
+        self.winners_from = -1  # records from this offset on carry fused.FLAG_WINNER
         self._segments: dict[int, _Segment] = {}
         self.hashes = np.zeros((0, 2), dtype=np.uint64)
         self.offsets = np.zeros(0, dtype=np.int64)
         self.flags = np.zeros(0, dtype=np.uint8)
         self.keep = np.zeros(0, dtype=np.bool_)
+
+    def reset(self) -> None:
+        """Forget everything (the record arrays stay allocated, for the next clean)."""
+        self.records = 0
+        self.batch_bytes = 0
+        self.winners_from = -1
+        self._segments.clear()
 
     def reserve(self, n: int) -> int:
         """Where ``n`` more records would go, or -1 if they do not fit (see ``commit``)."""

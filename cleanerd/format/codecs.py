@@ -9,10 +9,12 @@ cleaner does.
 from __future__ import annotations
 
 import enum
+import functools
 import gzip
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 
 import cramjam
 import lz4.frame
@@ -115,6 +117,43 @@ def compress(codec: Compression, data: bytes) -> bytes:
     if codec == Compression.ZSTD:
         return bytes(_zstd_compressor().compress(data))
     raise ValueError(f"unknown codec {codec}")
+
+
+DECOMPRESS_ERRORS = (
+    CorruptRecordError,
+    OSError,
+    EOFError,
+    ValueError,
+    RuntimeError,
+    zlib.error,
+    zstandard.ZstdError,
+    cramjam.DecompressionError,
+)
+"""What a ``decompressor`` function raises on bad data."""
+
+
+def decompressor(codec: Compression) -> Callable[[bytes | memoryview], bytes]:
+    """``decompress`` for one codec, without its per-call dispatch, for loops over many batches.
+
+    The function returns what ``decompress(codec, data)`` returns, but raises the codec
+    library's own errors (one of ``DECOMPRESS_ERRORS``): callers turn them into
+    ``CorruptRecordError`` (or ask ``decompress`` for the wording). Use one per loop and thread.
+    """
+    if codec == Compression.LZ4:
+        lz4_frame: Callable[[bytes | memoryview], bytes] = lz4.frame.decompress
+        return lz4_frame
+    if codec == Compression.ZSTD:
+        zd = zstandard.ZstdDecompressor()
+
+        def zstd(data: bytes | memoryview) -> bytes:
+            dobj = zd.decompressobj()
+            out: bytes = dobj.decompress(data)
+            if not dobj.eof:
+                raise ValueError("zstd payload is truncated (frame not finished)")
+            return out
+
+        return zstd
+    return functools.partial(decompress, codec)
 
 
 def decompress(codec: Compression, data: bytes | memoryview) -> bytes:

@@ -1,0 +1,239 @@
+"""``cleanerd compact``: one-shot compaction of a log dir or of partition dirs.
+
+Which partitions, and with which topic settings, is decided as for ``cleanerd plan`` (see
+``cli.plan``): a LOGDIR means all its partitions, or with ``--config`` only its compacted topics;
+a PARTITION_DIR is always compacted. ``compaction.one_shot`` does the work, one partition after
+another, holding each log dir's ``.lock`` for the whole run (a dry run takes no lock: it only
+reads the real files and writes to its temporary copy).
+
+Exit codes: 0 all partitions compacted; 1 a log dir is locked (nothing done) or some partition
+failed (corrupt segment...: that partition is left as it was, the others are compacted); 2 usage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+from rich import box
+from rich.console import Console
+from rich.filesize import decimal
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+from rich.progress import Progress as RichProgress
+from rich.table import Table
+
+from cleanerd.cli.options import format_option
+from cleanerd.cli.plan import Job, TopicConfigFile, find_targets, select, target_options
+from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
+from cleanerd.compaction.one_shot import (
+    DEFAULT_DEDUPE_BUFFER_BYTES,
+    CompactionError,
+    CompactionProgress,
+    CompactionSummary,
+    Progress,
+    compact_directory,
+)
+from cleanerd.compaction.strategy import Strategy
+from cleanerd.format.errors import CorruptRecordError
+from cleanerd.storage.errors import StorageError
+from cleanerd.storage.logdir import LogDir
+from cleanerd.storage.partition import wall_clock_ms
+
+
+def _check_jobs(jobs: list[Job], map_bytes: int, strategy: str | None) -> None:
+    """Refuse up front what would fail in every partition: a map too small, a header strategy
+    asked for without a header name (KIP-280 would silently fall back to offset)."""
+    for target, settings in jobs:
+        if strategy == Strategy.HEADER and settings.strategy.strategy is not Strategy.HEADER:
+            raise click.BadParameter(
+                f"{target.directory.name}: the header strategy needs --strategy-header NAME "
+                "(or compaction.strategy.header in --config)",
+                param_hint="--strategy",
+            )
+        if map_bytes // slot_bytes(settings.strategy) * DEFAULT_LOAD_FACTOR <= 1:
+            raise click.BadParameter(
+                f"{map_bytes} bytes hold no two keys of {slot_bytes(settings.strategy)} bytes",
+                param_hint="--dedupe-buffer-bytes",
+            )
+
+
+@click.command()
+@target_options
+@click.option(
+    "--strategy",
+    type=click.Choice([s.value for s in Strategy]),
+    help="Compaction strategy (KIP-280) [default: the topic's, else offset].",
+)
+@click.option("--strategy-header", help="Version header for --strategy header.")
+@click.option(
+    "--delete-retention-ms",
+    type=click.IntRange(min=0),
+    help="Tombstone retention [default: the topic's, else Kafka's 1 day]; 0 removes them all.",
+)
+@click.option(
+    "--min-compaction-lag-ms",
+    type=click.IntRange(min=0),
+    help="Leave records younger than this [default: the topic's, else 0].",
+)
+@click.option(
+    "--dedupe-buffer-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_DEDUPE_BUFFER_BYTES,
+    show_default=True,
+    help="Offset map memory (log.cleaner.dedupe.buffer.size); smaller means more passes.",
+)
+@click.option("--dry-run", is_flag=True, help="Compact a temporary copy; write nothing here.")
+@format_option("text: a summary table; json: one JSON object per partition per line.")
+def compact(
+    paths: tuple[Path, ...],
+    topic: str | None,
+    partition: int | None,
+    now_ms: int | None,
+    config: TopicConfigFile | None,
+    strategy: str | None,
+    strategy_header: str | None,
+    delete_retention_ms: int | None,
+    min_compaction_lag_ms: int | None,
+    dedupe_buffer_bytes: int,
+    dry_run: bool,
+    fmt: str,
+) -> None:
+    """Compact LOGDIR (all its partitions; with --config only compacted topics) or the
+    PARTITION_DIRs named (whatever their policy) as far as Kafka's rules allow at --now.
+
+    Passes repeat while a dirty range is left, then whole-log passes remove the tombstones and
+    transaction markers whose delete horizon has passed (with --delete-retention-ms 0, all).
+    The active segment is never touched. Holds each log dir's .lock for the whole run.
+
+    Exit status: 0 done; 1 a log dir is locked or some partition failed (it is left as it
+    was; the others are compacted); 2 usage error.
+    """
+    overrides = {
+        "compaction.strategy": strategy,
+        "compaction.strategy.header": strategy_header,
+        "delete.retention.ms": delete_retention_ms,
+        "min.compaction.lag.ms": min_compaction_lag_ms,
+    }
+    jobs = select(find_targets(paths, topic, partition), config, overrides)
+    _check_jobs(jobs, dedupe_buffer_bytes, strategy)
+    if not jobs:
+        click.echo("no partitions to compact", err=True)
+        return
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with contextlib.ExitStack() as stack:
+        if not dry_run:
+            for logdir in sorted({t.directory.parent for t, _ in jobs}):
+                try:
+                    stack.enter_context(LogDir(logdir).locked())
+                except StorageError as e:
+                    click.echo(f"Error: {e}", err=True)
+                    raise SystemExit(1) from None
+        results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, fmt)
+    if fmt == "text":
+        _print_table(results, failures, dry_run)
+    if failures:
+        raise SystemExit(1)
+
+
+def _run(
+    jobs: list[Job], now: int, map_bytes: int, dry_run: bool, fmt: str
+) -> tuple[list[CompactionSummary], list[str]]:
+    """Compact each partition in turn; a failure is reported and the next one goes on."""
+    results: list[CompactionSummary] = []
+    failures: list[str] = []
+    with _progress(len(jobs)) as report:
+        for target, settings in jobs:
+            name = target.directory.name
+            try:
+                summary = compact_directory(
+                    target.directory,
+                    settings.log,
+                    settings.cleaner,
+                    settings.strategy,
+                    now,
+                    map_bytes=map_bytes,
+                    dry_run=dry_run,
+                    progress=report,
+                )
+            except (CorruptRecordError, StorageError, CompactionError, OSError) as e:
+                click.echo(f"Error: {name}: {e} (partition left as it was)", err=True)
+                failures.append(name)
+                if fmt == "json":
+                    click.echo(json.dumps({"partition": name, "error": str(e)}))
+                continue
+            results.append(summary)
+            if fmt == "json":
+                click.echo(json.dumps(summary.to_json()))
+    return results, failures
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Progress | None]:
+    """A progress callback: a rich bar on stderr when it is a terminal, else a no-op."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    columns = (
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+    )
+    with RichProgress(*columns, console=Console(stderr=True), transient=True) as bar:
+        overall = bar.add_task("partitions", total=total)
+        tasks: dict[str, Any] = {}
+
+        def report(p: CompactionProgress) -> None:
+            if p.partition not in tasks:
+                if tasks:
+                    bar.advance(overall)
+                tasks[p.partition] = bar.add_task(p.partition, total=None)
+            label = f"{p.partition} {p.phase} pass {p.passes + 1}"
+            bar.update(tasks[p.partition], description=label, completed=p.io_bytes)
+
+        yield report
+
+
+def _print_table(results: list[CompactionSummary], failures: list[str], dry_run: bool) -> None:
+    """One row per partition, narrow enough for 80 columns; JSON has every field."""
+    title = "cleanerd compact" + (" --dry-run: nothing written" if dry_run else "")
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    table.add_column("partition", overflow="fold", min_width=9)
+    for name in ("records", "size", "tomb", "mark", "abort", "passes"):
+        table.add_column(name, justify="right", no_wrap=True)
+    for s in results:
+        table.add_row(
+            s.partition,
+            f"{s.records_in}→{s.records_out}",
+            f"{decimal(s.bytes_in)}→{decimal(s.bytes_out)}",
+            str(s.tombstones_removed),
+            str(s.markers_removed),
+            str(s.aborted_records_removed),
+            str(s.passes),
+        )
+    for name in failures:
+        table.add_row(name, "failed")
+    console = Console()
+    console.print(table)
+    seconds = sum(s.seconds for s in results)
+    size = sum(s.bytes_in for s in results)
+    console.print(
+        f"{len(results)} partitions, {decimal(size)} in {seconds:.2f} s"
+        f" ({decimal(int(size / seconds) if seconds else 0)}/s). tomb/mark/abort: tombstones,"
+        " transaction markers, aborted records removed; records and size: whole partitions",
+        highlight=False,
+    )
