@@ -36,11 +36,11 @@ GEN["tombstone_ratio"] = 0.15
 MIXED = {**GEN, "transactional_producers": 2, "idempotent_producers": 1, "segment_bytes": 30_000}
 
 
-def run(*args: str | Path) -> Result:
+def run(*args: str | Path | int) -> Result:
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def ok(*args: str | Path) -> Result:
+def ok(*args: str | Path | int) -> Result:
     result = run(*args)
     assert result.exit_code == 0, result.output
     return result
@@ -48,6 +48,14 @@ def ok(*args: str | Path) -> Result:
 
 def json_lines(result: Result) -> list[dict[str, Any]]:
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def compact_json(*args: str | Path | int) -> list[dict[str, Any]]:
+    """``compact ... --format json`` (which must succeed): one summary per partition."""
+    return json_lines(ok("compact", *map(str, args), "--format", "json"))
+
+
+ZERO = ("--now", NOW, "--delete-retention-ms", "0")  # every tombstone goes
 
 
 def make_log(tmp_path: Path, name: str = "logs", **spec: Any) -> Path:
@@ -108,17 +116,15 @@ def test_offset_strategy_keeps_exactly_the_expected_survivors(tmp_path: Path) ->
     log = PartitionLog(logdir / "demo-0")
     log.roll()
     log.close()
-    result = ok("compact", logdir, "--now", NOW, "--delete-retention-ms", "0", "--format", "json")
-    (summary,) = json_lines(result)
+    (summary,) = compact_json(logdir, *ZERO)
     keys = json.loads(expected_file.read_text())["partitions"]["0"]["keys"]
     want = {key.encode(): v["offset"] for key, v in keys.items() if not v["tombstone"]}
     assert data_records(logdir / "demo-0") == want
     assert summary["tombstones_removed"] > 0
     assert summary["aborted_records_removed"] > 0
     assert summary["records_out"] < summary["records_in"]
-    assert (
-        summary["checkpoint"] == summary["first_uncleanable_offset"] == summary["last_offset"] + 1
-    )
+    end = summary["last_offset"] + 1  # the rolled log: everything was cleanable
+    assert summary["checkpoint"] == summary["first_uncleanable_offset"] == end
     assert verify_path(logdir).ok
     assert ok("verify", logdir).exit_code == 0
 
@@ -126,21 +132,12 @@ def test_offset_strategy_keeps_exactly_the_expected_survivors(tmp_path: Path) ->
 def test_a_tiny_map_takes_several_passes_to_the_same_result(tmp_path: Path) -> None:
     big = make_log(tmp_path, "big")
     small = make_log(tmp_path, "small")
-    one = json_lines(
-        ok("compact", big, "--now", NOW, "--delete-retention-ms", "0", "--format", "json")
-    )
-    many = ok("compact", small, "--now", NOW, "--delete-retention-ms", "0", "--format", "json",
-              "--dedupe-buffer-bytes", "1000")  # fmt: skip
-    (a,), (b,) = one, json_lines(many)
+    (a,) = compact_json(big, *ZERO)
+    (b,) = compact_json(small, *ZERO, "--dedupe-buffer-bytes", "1000")
     assert b["passes"] - b["sweeps"] > 3 > a["passes"] - a["sweeps"]
     assert data_records(small / "demo-0") == data_records(big / "demo-0") == survivors_of(small)
-    for field in (
-        "records_out",
-        "tombstones_removed",
-        "markers_removed",
-        "aborted_records_removed",
-    ):
-        assert a[field] == b[field]
+    removed = ("records_out", "tombstones_removed", "markers_removed", "aborted_records_removed")
+    assert [a[f] for f in removed] == [b[f] for f in removed]
     assert verify_path(small).ok
 
 
@@ -177,8 +174,7 @@ def test_kafka_fixtures_compact_to_their_expected_survivors(
     log.roll()
     log.close()
     args = ["--now", NOW, "--delete-retention-ms", "0", "--dedupe-buffer-bytes", "2000"]
-    result = ok("compact", directory, *args, "--format", "json")
-    (summary,) = json_lines(result)
+    (summary,) = compact_json(directory, *args)
     want = {k.encode(): v["offset"] for k, v in expected["keys"].items() if not v["tombstone"]}
     assert len(want) == expected["expected_survivors_drop_tombstones"]
     assert data_records(directory) == want
@@ -188,7 +184,7 @@ def test_kafka_fixtures_compact_to_their_expected_survivors(
 
 def test_json_fields(tmp_path: Path) -> None:
     logdir = make_log(tmp_path, partitions=2)
-    lines = json_lines(ok("compact", logdir, "--now", NOW, "--format", "json"))
+    lines = compact_json(logdir, "--now", NOW)
     assert [line["partition"] for line in lines] == ["demo-0", "demo-1"]
     for line in lines:
         for field in ("records_in", "records_out", "bytes_in", "bytes_out", "passes", "seconds"):
@@ -238,12 +234,10 @@ def test_dry_run_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
 def test_a_locked_log_dir_is_refused(tmp_path: Path) -> None:
     logdir = make_log(tmp_path)
     before = tree_hash(logdir / "demo-0")
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a');"
-         " fcntl.lockf(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
-         str(logdir / ".lock")],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    hold = "import fcntl, sys; f = open(sys.argv[1], 'a'); fcntl.lockf(f, fcntl.LOCK_EX)"
+    hold += "; print('held', flush=True); sys.stdin.read()"
+    cmd = [sys.executable, "-c", hold, str(logdir / ".lock")]
+    holder = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "held"
@@ -303,17 +297,16 @@ def test_config_file_selects_compacted_topics(tmp_path: Path) -> None:
     assert "retention.ms is not a cleaner setting" in result.stderr
     assert tree_hash(logdir / "events-0") == before
     # named partition dirs are compacted whatever their policy
-    (named,) = json_lines(ok("compact", logdir / "events-0", "--now", NOW, "--config", config,
-                             "--format", "json"))  # fmt: skip
+    (named,) = compact_json(logdir / "events-0", "--now", NOW, "--config", config)
     assert named["partition"] == "events-0"
     assert named["records_out"] < named["records_in"]
 
 
 def test_topic_and_partition_filters(tmp_path: Path) -> None:
     logdir = make_log(tmp_path, partitions=3)
-    lines = json_lines(ok("compact", logdir, "--partition", "1", "--now", NOW, "--format", "json"))
+    lines = compact_json(logdir, "--partition", "1", "--now", NOW)
     assert [line["partition"] for line in lines] == ["demo-1"]
-    lines = json_lines(ok("compact", logdir, "--topic", "d?mo", "--now", NOW, "--format", "json"))
+    lines = compact_json(logdir, "--topic", "d?mo", "--now", NOW)
     assert len(lines) == 3
     result = run("compact", logdir, "--topic", "nope", "--now", NOW)
     assert result.exit_code == 2
@@ -354,8 +347,7 @@ def test_min_compaction_lag_leaves_young_segments(tmp_path: Path) -> None:
     before = tree_hash(logdir / "demo-0")
     # every record is younger than a day at the generator's clock: nothing may be cleaned
     now = 1_700_000_100_000
-    (line,) = json_lines(ok("compact", logdir, "--now", now, "--min-compaction-lag-ms",
-                            "86400000", "--format", "json"))  # fmt: skip
+    (line,) = compact_json(logdir, "--now", now, "--min-compaction-lag-ms", "86400000")
     assert line["passes"] == 0
     assert line["records_out"] == line["records_in"]
     assert tree_hash(logdir / "demo-0") == before
@@ -372,8 +364,8 @@ def test_compact_partition_api_progress_and_dry_run(tmp_path: Path) -> None:
         dry = compact_partition(log, config, StrategyConfig(), NOW, map_bytes=2000, dry_run=True)
         assert tree_hash(logdir / "demo-0") == before
         assert dry.dry_run
-        summary = compact_partition(log, config, StrategyConfig(), NOW, map_bytes=2000,
-                                    progress=seen.append)  # fmt: skip
+        offset = StrategyConfig()
+        summary = compact_partition(log, config, offset, NOW, map_bytes=2000, progress=seen.append)
         assert cleaner_checkpoint(log) == summary.checkpoint == log.active_segment.base_offset
     finally:
         log.close()
@@ -392,10 +384,8 @@ def test_real_process(tmp_path: Path) -> None:
     want = survivors_of(logdir)
     cmd = [sys.executable, "-m", "cleanerd", "compact", str(logdir), "--now", str(NOW)]
     started = time.monotonic()
-    done = subprocess.run(
-        [*cmd, "--delete-retention-ms", "0", "--format", "json"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    json_cmd = [*cmd, "--delete-retention-ms", "0", "--format", "json"]
+    done = subprocess.run(json_cmd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started >= json.loads(done.stdout)["seconds"]
     assert done.stderr == ""  # no progress bar without a terminal

@@ -47,15 +47,16 @@ PAYLOAD_BUFFER_MAX = 64 << 20
 """Decompressed payloads of a chunk go into a buffer kept per thread up to this size."""
 
 
-def _payload_buffer(size: int) -> U8:
-    """A buffer of at least ``size`` bytes, reused by the thread's next calls (up to a cap)."""
+def _payload_buffer(size: int, keep: U8 | None = None, used: int = 0) -> U8:
+    """A buffer of at least ``size`` bytes that the thread reuses (up to a cap), holding the
+    first ``used`` bytes of ``keep``."""
     buf: U8 | None = getattr(_local, "payload", None)
-    if buf is not None and buf.shape[0] >= size:
-        return buf
-    if size > PAYLOAD_BUFFER_MAX:
-        return np.empty(size, dtype=np.uint8)
-    buf = np.empty(max(size, 1 << 20), dtype=np.uint8)
-    _local.payload = buf
+    if buf is None or buf.shape[0] < size:
+        buf = np.empty(max(size, 2 * (buf.shape[0] if buf is not None else 0), 1 << 20), np.uint8)
+        if buf.shape[0] <= PAYLOAD_BUFFER_MAX:
+            _local.payload = buf
+    if keep is not None and keep is not buf and used:
+        buf[:used] = keep[:used]
     return buf
 
 
@@ -63,10 +64,10 @@ def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
     """``(buffer, starts, ends)``: each batch's record bytes, decompressed where needed.
 
     Uncompressed batches are read in place (the buffer is ``arr``); otherwise every payload is
-    laid end to end in a buffer the calling thread reuses (valid until its next call). The
-    batches must have records (Kafka never decompresses an empty batch). None when a payload
-    does not decompress: the caller then indexes the batches with the reader, which raises the
-    error with its position.
+    laid end to end in a buffer the calling thread reuses (valid until its next call), each as
+    soon as it is decompressed, while it is still in cache. The batches must have records (Kafka
+    never decompresses an empty batch). None when a payload does not decompress: the caller
+    then indexes the batches with the reader, which raises the error with its position.
     """
     pos = batches[:, k.B_POS]
     starts = pos + k.HEADER_SIZE
@@ -75,30 +76,36 @@ def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
     if not codecs.any():
         return arr, starts, ends
     mv = arr.data
-    parts: list[bytes | memoryview] = []
+    n = batches.shape[0]
+    out_ends = np.empty(n, dtype=np.int64)
     fns: dict[int, Callable[[bytes | memoryview], bytes]] = {}
-    try:
-        for lo, hi, c in zip(starts.tolist(), ends.tolist(), codecs.tolist(), strict=True):
-            if c == 0:
-                parts.append(mv[lo:hi])
-                continue
-            fn = fns.get(c)
-            if fn is None:
-                fn = fns[c] = decompressor(_CODECS[c])
-            parts.append(fn(mv[lo:hi]))
-    except (*DECOMPRESS_ERRORS, IndexError):
-        return None
-    lengths = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    out_ends = np.cumsum(lengths)
-    total = int(out_ends[-1]) if parts else 0
-    buf = _payload_buffer(total)
+    buf = _payload_buffer(int((ends - starts).sum()) * 3)
     dst = buf.data
     q = 0
-    for part in parts:
-        n = len(part)
-        dst[q : q + n] = part
-        q += n
-    return buf, out_ends - lengths, out_ends
+    try:
+        for i, (lo, hi, c) in enumerate(
+            zip(starts.tolist(), ends.tolist(), codecs.tolist(), strict=True)
+        ):
+            if c == 0:
+                part: bytes | memoryview = mv[lo:hi]
+            else:
+                fn = fns.get(c)
+                if fn is None:
+                    fn = fns[c] = decompressor(_CODECS[c])
+                part = fn(mv[lo:hi])
+            size = len(part)
+            if q + size > buf.shape[0]:
+                buf = _payload_buffer(q + size, buf, q)
+                dst = buf.data
+            dst[q : q + size] = part
+            q += size
+            out_ends[i] = q
+    except (*DECOMPRESS_ERRORS, IndexError):
+        return None
+    out_starts = np.empty(n, dtype=np.int64)
+    out_starts[0] = 0
+    out_starts[1:] = out_ends[:-1]
+    return buf, out_starts, out_ends
 
 
 def iter_chunks(

@@ -1,11 +1,18 @@
 """Pass 1: the offset map over the dirty range (reference 3.7: ``buildOffsetMap``).
 
 Per chunk of batches: the transaction verdicts (aborted data and control batches never enter the
-map), one index-and-hash kernel call over the other data batches, the strategy's versions, and
-one ``put_batch`` call for the keyed records at or after the first dirty offset. Kafka's full
-rule lives in ``put_batch``; Kafka's latest-offset bookkeeping (after every batch reaching the
-dirty range, and over offset gaps at the end of each segment) is done here with array maxima, so
-when the map fills mid-chunk the latest offset is exactly what Kafka's record loop leaves.
+map), then for the other data batches, under the offset strategy, one ``fused.map_records`` call
+(index, key hash, record cache, and the puts with Kafka's full rule, as ``put_batch`` has it);
+under timestamp and header, one index-and-hash call, the strategy's versions and one
+``put_batch`` call for the keyed records at or after the first dirty offset. Kafka's
+latest-offset bookkeeping (after every batch reaching the dirty range, and over offset gaps at
+the end of each segment) is done here with array maxima, so when the map fills mid-chunk the
+latest offset is exactly what Kafka's record loop leaves.
+
+The map is cleared first (``clear_map``: only the slots the last build wrote, when the cleaner's
+``touched`` bitmap knows them), and at the end, when the cache holds several records per key,
+the cached records that won their key are flagged (``_mark_winners``), which spares pass 2 a map
+lookup per record.
 
 For the timestamp and header strategies the already-clean part of the log takes part too
 (``update_from_clean_prefix``): a key of the dirty range may have its best record before the first

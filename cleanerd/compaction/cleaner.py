@@ -13,6 +13,14 @@
    is swapped in through ``PartitionLog.replace_segments``.
 4. The partition's ``cleaner-offset-checkpoint`` entry becomes ``end_offset``.
 
+Under the offset strategy pass 1 leaves a record cache (``record_cache``): for each record its
+key hash, offset and flags, and for each segment it read whole its checked batch matrices. Pass 2
+then decides those batches without reading them (nor walking their segment again), the
+producer-state walk takes their headers from there too, and only the batches that lose some but
+not all of their records are read again. The cleaner keeps the cache's memory and a bitmap of
+the map slots its last build wrote from one clean to the next, so the next clean's map clear
+costs those slots, not the whole map.
+
 ``abort_check`` runs before every chunk (a few MiB of batches) of both passes: when it says so,
 the clean stops with ``CleaningAbortedError`` and leaves no ``.cleaned`` file. Any other error
 also removes the group's ``.cleaned`` files before it propagates. Groups swapped before an abort

@@ -1,15 +1,15 @@
 """Pass 2 decisions for one chunk of batches (reference 3.9, 3.10, 3.12: ``filterTo``).
 
-Kafka decides batch by batch and record by record; here the same rules are numpy masks over the
-chunk's batch matrix and record index:
+Kafka decides batch by batch and record by record; here the batch rules are numpy masks over the
+chunk's batch matrix and the record rule is one kernel call (``fused.decide_records``):
 
 * batch: the transaction verdict (``transaction_verdicts``, the only per-batch Python, and only
   for transactional and control batches), then ``checkBatchRetention``'s modes as masks:
   RETAIN_EMPTY for a producer's last batch or the batch ending at the cleaning round's upper
   bound, DELETE for discarded records, else DELETE_EMPTY;
 * record: beyond the map's latest offset -> keep; control record -> keep; unkeyed -> drop and
-  count; else the map's verdict (one vectorised ``should_retain``) and, for tombstones, the
-  batch's delete horizon;
+  count; else the map's verdict (``OffsetMap.should_retain``'s rule, or the winner flag pass 1
+  left in the record cache) and, for tombstones, the batch's delete horizon;
 * output per batch: DROP, COPY (every record kept and no horizon to stamp: the bytes as they
   are), REBUILD (some records dropped, or a horizon to stamp) or EMPTY (a header-only batch).
 

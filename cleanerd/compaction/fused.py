@@ -190,6 +190,18 @@ def map_records(
     n = starts.shape[0]
     if tab.shape[1] != 3 or scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
         raise ValueError("map_records: wrong table or scratch shape")
+    if (
+        min(
+            ends.shape[0],
+            base_offsets.shape[0],
+            last_offsets.shape[0],
+            base_timestamps.shape[0],
+            counts.shape[0],
+            log_append_times.shape[0],
+        )
+        < n
+    ):
+        raise ValueError("map_records: the batch columns differ in length")
     rows = 0
     top = 0
     for i in range(n):
@@ -352,6 +364,20 @@ def decide_records(
     slots = tab.shape[0]
     width = tab.shape[1]
     n = offsets.shape[0]
+    nb = min(
+        first.shape[0],
+        counts.shape[0],
+        is_control.shape[0],
+        has_horizon.shape[0],
+        horizon.shape[0],
+        kept.shape[0],
+        kept_tombstone.shape[0],
+    )
+    if hashes.shape[1] != 2 or width < (4 if versioned else 3):
+        raise ValueError("decide_records: wrong hash or table shape")
+    for j in range(rows.shape[0]):
+        if not 0 <= rows[j] < nb:
+            raise ValueError("decide_records: a batch row lies outside the batch columns")
     invalid = 0
     removed = 0
     for j in range(rows.shape[0]):

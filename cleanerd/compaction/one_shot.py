@@ -267,7 +267,7 @@ class _Run:
         self.stats: list[CleanerStats] = []
         self.phase = "clean"
         self.partition = str(log.topic_partition)
-        # settling passes: one ms earlier, one ms more retention (see _settling)
+        # settling passes: one ms earlier, one ms more retention (see _clean)
         retention = min(self.config.delete_retention_ms + 1, LONG_MAX)
         self.settle_config = dataclasses.replace(self.config, delete_retention_ms=retention)
 
@@ -300,8 +300,8 @@ class _Run:
     def run(self) -> CompactionSummary:
         started = time.monotonic()
         before = census(self.log)
-        first = p = self._plan()
-        target = first.first_uncleanable_offset
+        p = self._plan()
+        target = p.first_uncleanable_offset
         while p.first_dirty_offset < min(p.first_uncleanable_offset, target):
             p = dataclasses.replace(
                 p, first_uncleanable_offset=min(p.first_uncleanable_offset, target)
@@ -346,7 +346,8 @@ class _Run:
     def _sweep(self, p: CleaningPlan, upper: int) -> int:
         """Whole-log passes until the log stops changing; returns how many ran.
 
-        The checkpoint a sweep writes (``upper``) never moves an entry that was further back.
+        A sweep writes ``upper`` as the checkpoint; an entry that was already beyond it (a
+        checkpoint inside the segment holding the bound) is put back.
         """
         self.phase = "sweep"
         checkpoint = cleaner_checkpoint(self.log)

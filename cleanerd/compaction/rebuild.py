@@ -24,19 +24,21 @@ from cleanerd.format.codecs import Compression, compress
 from cleanerd.format.header import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
+    ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
     BatchHeader,
-    attributes_for,
 )
 from cleanerd.format.reader import I64, U8
 
 Arr = npt.NDArray[Any]
 NO_HORIZON = -(2**63)
 _MAX_GROWTH = 16  # a record can grow by up to 9 bytes of timestamp delta and 1 of length
+_KEPT_ATTRIBUTES = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
+_CODECS = tuple(Compression)
 
 
 @njit(cache=True, nogil=True)
@@ -101,7 +103,7 @@ def rebuild_batches(
     lo = np.searchsorted(kept_batch, rows, side="left")
     hi = np.searchsorted(kept_batch, rows, side="right")
     counts = hi - lo
-    sel = np.concatenate([kept[a:b] for a, b in zip(lo.tolist(), hi.tolist(), strict=True)])
+    sel = kept[np.isin(kept_batch, rows)]  # both ascending: the kept records of ``rows``
     ts = records[sel, k.R_TIMESTAMP]
     first = np.concatenate(([0], np.cumsum(counts)[:-1]))
     horizon = stamp_horizon[rows]
@@ -109,37 +111,46 @@ def rebuild_batches(
     out = np.empty(int(records[sel, k.R_SIZE].sum()) + _MAX_GROWTH * sel.size, dtype=np.uint8)
     ends = np.empty(sel.size, dtype=np.int64)
     splice_records(payload, records, sel, np.repeat(base, counts), out, ends)
-    max_kept_ts = np.maximum.reduceat(ts, first)
+    max_kept_ts = np.maximum.reduceat(ts, first).tolist()
     starts = np.concatenate(([0], ends[:-1]))
+    sub = batches[rows]
+    # Python ints for the per-batch loop (numpy scalars and enum lookups cost a microsecond each)
+    attrs_l = sub[:, k.B_ATTRIBUTES].tolist()
+    base_l = sub[:, k.B_BASE_OFFSET].tolist()
+    last_l = sub[:, k.B_LAST_OFFSET].tolist()
+    epoch_l = sub[:, k.B_LEADER_EPOCH].tolist()
+    max_ts_l = sub[:, k.B_MAX_TIMESTAMP].tolist()
+    pid_l = sub[:, k.B_PRODUCER_ID].tolist()
+    pepoch_l = sub[:, k.B_PRODUCER_EPOCH].tolist()
+    seq_l = sub[:, k.B_BASE_SEQUENCE].tolist()
+    horizon_l = horizon.tolist()
+    base_ts_l = base.tolist()
+    counts_l = counts.tolist()
+    lo_l = starts[first].tolist()
+    hi_l = ends[first + counts - 1].tolist()
+    mv = out.data
     result = []
-    for j, row in enumerate(rows.tolist()):
-        b = batches[row]
-        attrs = int(b[k.B_ATTRIBUTES])
-        codec = Compression(attrs & ATTR_CODEC_MASK)
-        lat = bool(attrs & ATTR_TIMESTAMP_TYPE)
-        h = int(horizon[j])
-        a, z = int(first[j]), int(first[j] + counts[j])
-        data = compress(codec, out[int(starts[a]) : int(ends[z - 1])].tobytes())
+    for j in range(len(attrs_l)):
+        attrs = attrs_l[j]
+        codec = attrs & ATTR_CODEC_MASK
+        h = horizon_l[j]
+        raw = mv[lo_l[j] : hi_l[j]].tobytes()
+        data = raw if codec == 0 else compress(_CODECS[codec], raw)
         header = BatchHeader(
-            base_offset=int(b[k.B_BASE_OFFSET]),
+            base_offset=base_l[j],
             batch_length=HEADER_SIZE - LOG_OVERHEAD + len(data),
-            partition_leader_epoch=int(b[k.B_LEADER_EPOCH]),
+            partition_leader_epoch=epoch_l[j],
             magic=MAGIC_V2,
             crc=0,
-            attributes=attributes_for(
-                codec,
-                log_append_time=lat,
-                transactional=bool(attrs & ATTR_TRANSACTIONAL),
-                control=bool(attrs & ATTR_CONTROL),
-                delete_horizon=h != NO_HORIZON,
-            ),
-            last_offset_delta=int(b[k.B_LAST_OFFSET] - b[k.B_BASE_OFFSET]),
-            base_timestamp=int(base[j]),
-            max_timestamp=int(b[k.B_MAX_TIMESTAMP]) if lat else int(max_kept_ts[j]),
-            producer_id=int(b[k.B_PRODUCER_ID]),
-            producer_epoch=int(b[k.B_PRODUCER_EPOCH]),
-            base_sequence=int(b[k.B_BASE_SEQUENCE]),
-            records_count=int(counts[j]),
+            # what attributes_for gives: codec, timestamp type, transactional, control, horizon
+            attributes=(attrs & _KEPT_ATTRIBUTES) | (ATTR_DELETE_HORIZON if h != NO_HORIZON else 0),
+            last_offset_delta=last_l[j] - base_l[j],
+            base_timestamp=base_ts_l[j],
+            max_timestamp=max_ts_l[j] if attrs & ATTR_TIMESTAMP_TYPE else max_kept_ts[j],
+            producer_id=pid_l[j],
+            producer_epoch=pepoch_l[j],
+            base_sequence=seq_l[j],
+            records_count=counts_l[j],
         )
         result.append(bytes(finish_crc(bytearray(header.pack() + data))))
     return result

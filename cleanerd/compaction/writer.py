@@ -34,6 +34,8 @@ APPEND_BYTES = 256 << 10
 """Target size of one append to the cleaned segment (Kafka appends one write buffer at a time)."""
 
 NO_TIMESTAMP = -1
+_COPY = int(Action.COPY)  # plain ints for the per-batch loop (enum lookups are slow)
+_EMPTY = int(Action.EMPTY)
 
 
 class CleanedSegmentWriter:
@@ -109,19 +111,22 @@ class CleanedSegmentWriter:
         starts = np.ones(out.size, dtype=np.bool_)
         starts[1:] = ~(copy[1:] & copy[:-1] & (np.diff(out) == 1))
         bounds = [*np.flatnonzero(starts).tolist(), int(out.size)]
+        out_l = out.tolist()
+        actions_l = actions.tolist()
+        last_l = b[:, k.B_LAST_OFFSET].tolist()
         for s, e in itertools.pairwise(bounds):
-            first = int(out[s])
-            if actions[s] == Action.COPY:
-                self._copy_run(arr, b, first, int(out[e - 1]))
+            first = out_l[s]
+            if actions_l[s] == _COPY:
+                self._copy_run(arr, b, first, out_l[e - 1])
                 continue
-            row = b[first]
-            if actions[s] == Action.EMPTY:
+            if actions_l[s] == _EMPTY:
+                row = b[first]
                 data = _empty_batch(row)
                 max_ts = int(row[k.B_MAX_TIMESTAMP])
             else:
                 data = rebuilt[first]
                 max_ts = int.from_bytes(data[35:43], "big", signed=True)
-            last = int(row[k.B_LAST_OFFSET])
+            last = last_l[first]
             self._add(data, last, max_ts, last)
         written = copy | (actions == Action.REBUILD)
         self.stats.messages_written += int(d.kept[out[written]].sum())
