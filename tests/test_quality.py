@@ -33,6 +33,17 @@ FORBIDDEN = {
         "click",
         "rich",
     ),
+    "compaction": (
+        "asyncio",
+        "cleanerd.snapshot",
+        "cleanerd.spark",
+        "cleanerd.service",
+        "cleanerd.cli",
+        "cleanerd.inspect",
+        "cleanerd.workload",
+        "click",
+        "rich",
+    ),
 }
 
 
