@@ -287,13 +287,17 @@ looking every cached record up in pass 2, when the cache holds this many records
 
 def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache, start: int) -> None:
     """Flag each cached record that is its key's entry in the map (``fused.mark_winners``)."""
-    if cache.records == 0 or omap.size * WINNER_MARKING_RATIO > cache.records:
+    n = cache.records
+    if n == 0 or omap.size * WINNER_MARKING_RATIO > n or not cache.ascending:
         return
     winners = np.sort(fused.map_offsets(fused.table(omap), touched))
     if winners.shape[0] != omap.size:  # pragma: no cover - every put marks its slot
         return
-    fused.mark_winners(winners, cache.offsets, cache.flags, cache.records)
-    cache.winners_from = start
+    if winners.shape[0] * 64 < n:  # a binary search per winner beats a walk over every record
+        fused.mark_winners_sparse(winners, cache.offsets, cache.flags, n)
+        cache.winners_from = start
+    elif fused.mark_winners(winners, cache.offsets, cache.flags, n) >= 0:
+        cache.winners_from = start
 
 
 def update_from_clean_prefix(

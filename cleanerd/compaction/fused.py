@@ -307,13 +307,19 @@ def map_offsets(tab: Arr, touched: Arr) -> Arr:
 def mark_winners(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
     """Set ``FLAG_WINNER`` on the first ``n`` records whose offset is in ``winners``.
 
-    Both ``winners`` and ``offsets[:n]`` are ascending (pass 1 caches records in offset order):
-    one merge walk. Returns how many records were marked.
+    ``winners`` is ascending, and so is ``offsets[:n]`` in a sound log (pass 1 caches records in
+    offset order): one merge walk. Returns how many records were marked, or -1 if the offsets
+    were not strictly ascending (segments whose offsets overlap), when the flags must not be
+    used.
     """
+    if n > offsets.shape[0] or n > flags.shape[0]:
+        raise ValueError("mark_winners: fewer records than n")
     i = 0
     marked = 0
     for j in range(n):
         o = offsets[j]
+        if j and o <= offsets[j - 1]:
+            return -1
         while i < winners.shape[0] and winners[i] < o:
             i += 1
         if i < winners.shape[0] and winners[i] == o:
@@ -321,6 +327,32 @@ def mark_winners(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
             marked += 1
         else:
             flags[j] &= ~FLAG_WINNER
+    return marked
+
+
+@njit(cache=True, nogil=True)
+def mark_winners_sparse(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
+    """``mark_winners`` by one binary search per winner: for few winners among many records.
+
+    ``offsets[:n]`` must be strictly ascending (the caller knows, ``RecordCache.ascending``);
+    only the winners' flags are touched (pass 1 wrote every flag without ``FLAG_WINNER``).
+    """
+    if n > offsets.shape[0] or n > flags.shape[0]:
+        raise ValueError("mark_winners_sparse: fewer records than n")
+    marked = 0
+    for w in range(winners.shape[0]):
+        o = winners[w]
+        lo = 0
+        hi = n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if offsets[mid] < o:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < n and offsets[lo] == o:
+            flags[lo] |= FLAG_WINNER
+            marked += 1
     return marked
 
 

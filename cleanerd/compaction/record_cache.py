@@ -66,6 +66,7 @@ class RecordCache:
         self.records = 0
         self.batch_bytes = 0
         self.winners_from = -1  # records from this offset on carry fused.FLAG_WINNER
+        self.ascending = True  # record offsets rise strictly from one record to the next
         self._segments: dict[int, _Segment] = {}
         self.hashes = np.zeros((0, 2), dtype=np.uint64)
         self.offsets = np.zeros(0, dtype=np.int64)
@@ -77,6 +78,7 @@ class RecordCache:
         self.records = 0
         self.batch_bytes = 0
         self.winners_from = -1
+        self.ascending = True
         self._segments.clear()
 
     def reserve(self, n: int) -> int:
@@ -92,7 +94,11 @@ class RecordCache:
         return self.records
 
     def commit(self, n: int) -> None:
-        """Take the ``n`` records written at ``reserve``'s position."""
+        """Take the ``n`` records written at ``reserve``'s position (in offset order, as the
+        record index checks; whether they follow the records before them is checked here)."""
+        at = self.records
+        if n and at and self.offsets[at] <= self.offsets[at - 1]:
+            self.ascending = False  # segments whose offsets overlap
         self.records += n
 
     def add_chunk(self, segment_id: int, batches: I64, first: I64) -> None:
