@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cleanerd.format import kernels as k
+from cleanerd.format.header import BatchHeader
 from cleanerd.format.reader import U8, BatchScan, scan_batches
 from cleanerd.storage.errors import CorruptIndexError, OffsetOutOfRangeError, StorageError
 from cleanerd.storage.files import (
@@ -146,9 +147,10 @@ class LogSegment:
     def first_batch_timestamp(self) -> int | None:
         """Max timestamp of the first batch (Kafka's rollingBasedTimestamp); None if empty."""
         if self._rolling_ts is None and self._size >= k.HEADER_SIZE:
-            scan = scan_batches(self.view(), end=None, check_crc=False)
-            if len(scan):
-                self._rolling_ts = int(scan.batches[0, k.B_MAX_TIMESTAMP])
+            with open(self.log_path, "rb") as f:  # one header, not a walk of the segment
+                head = f.read(k.HEADER_SIZE)
+            if len(head) == k.HEADER_SIZE and head[16] == k.MAGIC_V2:
+                self._rolling_ts = BatchHeader.parse(head).max_timestamp
         return self._rolling_ts
 
     @property
