@@ -43,14 +43,12 @@ import gc
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +57,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
+from _facts import machine, source_version  # noqa: E402
 
 from cleanerd.compaction.cleaner import Cleaner  # noqa: E402
 from cleanerd.compaction.offset_map import OffsetMap, slot_bytes  # noqa: E402
@@ -454,51 +453,6 @@ def measure_codec(args: argparse.Namespace, codec: str) -> dict[str, Any]:
         },
         "target": target,
         "met": met,
-    }
-
-
-def machine(load_at_start: tuple[float, float, float]) -> dict[str, Any]:
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    return {
-        "load_average_at_start": [round(x, 2) for x in load_at_start],
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "cpu_count": os.cpu_count(),
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        **{d: version(d) for d in ("numpy", "numba", "llvmlite", "lz4", "zstandard", "crc32c")},
-    }
-
-
-def source_version() -> dict[str, Any]:
-    def git(*cmd: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip()
-
-    status = git("status", "--porcelain", "--", "cleanerd")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "cleanerd_dirty": bool(status) if status is not None else None,
     }
 
 

@@ -32,14 +32,11 @@ import inspect
 import json
 import mmap
 import os
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from functools import partial
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +49,7 @@ if str(ROOT) not in sys.path:
 import crc32c  # noqa: E402
 import mmh3  # noqa: E402
 import numba  # noqa: E402
+from _facts import machine, source_version  # noqa: E402
 from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
 from cleanerd.format import kernels as k  # noqa: E402
@@ -363,61 +361,6 @@ def rates(seconds: float, n_batches: int, n_records: int, n_bytes: int) -> dict[
         "batches_per_s": round(n_batches / seconds),
         "records_per_s": round(n_records / seconds),
         "mb_per_s": round(n_bytes / seconds / 1e6, 1),
-    }
-
-
-def machine(load_at_start: tuple[float, float, float]) -> dict[str, Any]:
-    model = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-
-    def version(dist: str) -> str | None:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return None
-
-    return {
-        "load_average_at_start": [round(x, 2) for x in load_at_start],
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "cpu_model": model,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "llvmlite": version("llvmlite"),
-        "kafka_python": version("kafka-python"),
-        "mmh3": version("mmh3"),
-        "crc32c": version("crc32c"),
-        "lz4": version("lz4"),
-        "zstandard": version("zstandard"),
-    }
-
-
-def source_version() -> dict[str, Any]:
-    """The commit measured, and whether cleanerd/ had uncommitted changes."""
-
-    def git(*cmd: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", *cmd], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip()
-
-    status = git("status", "--porcelain", "--", "cleanerd")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "cleanerd_dirty": bool(status) if status is not None else None,
     }
 
 
