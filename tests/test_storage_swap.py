@@ -55,7 +55,7 @@ def _cleaned_copy(log: PartitionLog, n: int) -> tuple[LogSegment, list[LogSegmen
 
 def seg_batches(log: PartitionLog, seg: LogSegment):  # type: ignore[no-untyped-def]
     arr = seg.view()
-    scan = seg.scan()
+    scan = seg.scan(view=arr)
     return [RecordBatch(arr, scan.batches[i], scan.header(i), None) for i in range(len(scan))]
 
 

@@ -170,7 +170,7 @@ class PartitionLog:
         scans = []
         for seg in list(self.segments):
             arr = seg.view()
-            scan = seg.scan(check_crc=False)
+            scan = seg.scan(check_crc=False, view=arr)
             scans.append((arr, scan.batches, str(seg.log_path)))
         return scan_producer_state(scans)
 

@@ -110,10 +110,15 @@ class LogSegment:
             mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
         return np.frombuffer(mm, dtype=np.uint8)
 
-    def scan(self, start_position: int = 0, *, check_crc: bool = True) -> BatchScan:
-        """Every batch from ``start_position``, with the first problem (if any) located."""
+    def scan(
+        self, start_position: int = 0, *, check_crc: bool = True, view: U8 | None = None
+    ) -> BatchScan:
+        """Every batch from ``start_position``, with the first problem (if any) located.
+
+        ``view`` is a map the caller already holds (so positions refer to that same map).
+        """
         return scan_batches(
-            self.view(),
+            self.view() if view is None else view,
             start=start_position,
             path=str(self.log_path),
             check_crc=check_crc,
@@ -137,7 +142,7 @@ class LogSegment:
         _, position = self.offset_index.lookup(2**63 - 1)
         scan = scan_batches(self.view(), start=position, path=str(self.log_path), check_crc=False)
         if len(scan) == 0:
-            return (self.base_offset, position) if position else (self.base_offset, 0)
+            return self.base_offset, position
         return int(scan.batches[-1, k.B_LAST_OFFSET]) + 1, scan.end
 
     def next_offset(self) -> int:
