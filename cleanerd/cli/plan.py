@@ -30,8 +30,7 @@ from rich.table import Table
 
 from cleanerd.cli.options import format_option
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, plan
-from cleanerd.compaction.strategy import StrategyConfig
-from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.compaction.topic_settings import KNOWN_SETTINGS, TopicSettings
 from cleanerd.format import kernels as k
 from cleanerd.format.reader import I64, U8, scan_batches
 from cleanerd.inspect.files import segment_logs
@@ -43,7 +42,6 @@ from cleanerd.storage.checkpoints import (
     read_offset_checkpoint,
 )
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
 from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.producer_state import scan_producer_state
@@ -51,45 +49,6 @@ from cleanerd.storage.swap import leftover_temp_files
 from cleanerd.storage.topic_partition import TopicPartition
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-_LOG_SETTINGS = {
-    "segment.bytes": "segment_bytes",
-    "segment.ms": "segment_ms",
-    "segment.jitter.ms": "segment_jitter_ms",
-    "segment.index.bytes": "segment_index_bytes",
-    "index.interval.bytes": "index_interval_bytes",
-    "max.message.bytes": "max_message_bytes",
-}
-_CLEANER_SETTINGS = """cleanup.policy delete.retention.ms min.cleanable.dirty.ratio
-    min.compaction.lag.ms max.compaction.lag.ms compaction.strategy compaction.strategy.header"""
-KNOWN_SETTINGS = frozenset((*_CLEANER_SETTINGS.split(), *_LOG_SETTINGS))
-"""The Kafka topic settings the cleaner uses; others in a config file are reported and ignored."""
-
-
-# --- per-topic settings ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class TopicSettings:
-    """What a topic is configured with: the cleaner's, the strategy's and storage's settings."""
-
-    cleaner: TopicCleanerConfig
-    strategy: StrategyConfig
-    log: LogConfig
-
-    @classmethod
-    def from_kafka(cls, settings: Mapping[str, object]) -> TopicSettings:
-        """Build from Kafka-named settings; errors name the setting (ValueError)."""
-        cleaner = TopicCleanerConfig.from_kafka(settings)
-        log: dict[str, Any] = {"compact": cleaner.compact}
-        log["max_compaction_lag_ms"] = cleaner.max_compaction_lag_ms
-        for name, attr in _LOG_SETTINGS.items():
-            if name in settings:
-                raw = settings[name]
-                try:
-                    log[attr] = int(str(raw).strip())
-                except ValueError:
-                    raise ValueError(f"{name} = {raw!r}: must be an integer") from None
-        return cls(cleaner, StrategyConfig.from_topic(settings), LogConfig(**log))
-
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, object]:
     """TOML reads ``cleanup.policy = ...`` unquoted as nested tables: join the keys back."""

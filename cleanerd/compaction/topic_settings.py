@@ -1,0 +1,54 @@
+"""A topic's whole cleaning configuration, built from Kafka-named settings.
+
+The one-shot CLI (``--config``) and the daemon's config (``cleanerd.config``) both resolve a
+topic's settings to this value: the cleaner's rules, the KIP-280 strategy and the segment shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.storage.log_config import LogConfig
+
+_LOG_SETTINGS = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "max.message.bytes": "max_message_bytes",
+}
+_CLEANER_SETTINGS = """cleanup.policy delete.retention.ms min.cleanable.dirty.ratio
+    min.compaction.lag.ms max.compaction.lag.ms compaction.strategy compaction.strategy.header"""
+KNOWN_SETTINGS = frozenset((*_CLEANER_SETTINGS.split(), *_LOG_SETTINGS))
+"""The Kafka topic settings the cleaner uses; others in a config file are reported and ignored."""
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """What a topic is configured with: the cleaner's, the strategy's and storage's settings."""
+
+    cleaner: TopicCleanerConfig
+    strategy: StrategyConfig
+    log: LogConfig
+
+    @classmethod
+    def from_kafka(cls, settings: Mapping[str, object]) -> TopicSettings:
+        """Build from Kafka-named settings; errors name the setting (ValueError)."""
+        cleaner = TopicCleanerConfig.from_kafka(settings)
+        log: dict[str, Any] = {"compact": cleaner.compact}
+        log["max_compaction_lag_ms"] = cleaner.max_compaction_lag_ms
+        for name, attr in _LOG_SETTINGS.items():
+            if name in settings:
+                raw = settings[name]
+                try:
+                    log[attr] = int(str(raw).strip())
+                except ValueError:
+                    raise ValueError(f"{name} = {raw!r}: must be an integer") from None
+        return cls(cleaner, StrategyConfig.from_topic(settings), LogConfig(**log))
+
+

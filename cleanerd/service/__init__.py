@@ -1,0 +1,1 @@
+"""The daemon: the only asyncio code. Manager, workers, budget, HTTP, metrics, systemd, logs."""
