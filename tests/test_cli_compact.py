@@ -286,7 +286,7 @@ def test_config_file_selects_compacted_topics(tmp_path: Path) -> None:
     config.write_text(
         '[topics."*"]\ncleanup.policy = "delete"\n\n'
         '[topics."de*"]\n"cleanup.policy" = "compact,delete"\ndelete.retention.ms = 0\n'
-        "segment.bytes = 100000\nretention.ms = 5\n"
+        "segment.bytes = 100000\nflush.ms = 5\n"
     )
     before = tree_hash(logdir / "events-0")
     result = ok("compact", logdir, "--now", NOW, "--config", config, "--format", "json")
@@ -294,7 +294,7 @@ def test_config_file_selects_compacted_topics(tmp_path: Path) -> None:
     assert line["partition"] == "demo-0"
     assert line["tombstones_removed"] > 0
     assert "skipped events-0: cleanup.policy=delete" in result.stderr
-    assert "retention.ms is not a cleaner setting" in result.stderr
+    assert "flush.ms is not a cleaner setting" in result.stderr
     assert tree_hash(logdir / "events-0") == before
     # named partition dirs are compacted whatever their policy
     (named,) = compact_json(logdir / "events-0", "--now", NOW, "--config", config)

@@ -7,12 +7,13 @@ topic's settings to this value: the cleaner's rules, the KIP-280 strategy and th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.retention import RetentionConfig
 
 _LOG_SETTINGS = {
     "segment.bytes": "segment_bytes",
@@ -24,7 +25,8 @@ _LOG_SETTINGS = {
 }
 _CLEANER_SETTINGS = """cleanup.policy delete.retention.ms min.cleanable.dirty.ratio
     min.compaction.lag.ms max.compaction.lag.ms compaction.strategy compaction.strategy.header"""
-KNOWN_SETTINGS = frozenset((*_CLEANER_SETTINGS.split(), *_LOG_SETTINGS))
+_RETENTION_SETTINGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+KNOWN_SETTINGS = frozenset((*_CLEANER_SETTINGS.split(), *_LOG_SETTINGS, *_RETENTION_SETTINGS))
 """The Kafka topic settings the cleaner uses; others in a config file are reported and ignored."""
 
 
@@ -35,6 +37,7 @@ class TopicSettings:
     cleaner: TopicCleanerConfig
     strategy: StrategyConfig
     log: LogConfig
+    retention: RetentionConfig = field(default_factory=RetentionConfig)  # with policy delete
 
     @classmethod
     def from_kafka(cls, settings: Mapping[str, object]) -> TopicSettings:
@@ -42,13 +45,21 @@ class TopicSettings:
         cleaner = TopicCleanerConfig.from_kafka(settings)
         log: dict[str, Any] = {"compact": cleaner.compact}
         log["max_compaction_lag_ms"] = cleaner.max_compaction_lag_ms
-        for name, attr in _LOG_SETTINGS.items():
-            if name in settings:
-                raw = settings[name]
-                try:
-                    log[attr] = int(str(raw).strip())
-                except ValueError:
-                    raise ValueError(f"{name} = {raw!r}: must be an integer") from None
-        return cls(cleaner, StrategyConfig.from_topic(settings), LogConfig(**log))
+        log.update(_integers(settings, _LOG_SETTINGS))
+        retention = RetentionConfig(**_integers(settings, _RETENTION_SETTINGS))
+        return cls(cleaner, StrategyConfig.from_topic(settings), LogConfig(**log), retention)
+
+
+def _integers(settings: Mapping[str, object], names: Mapping[str, str]) -> dict[str, int]:
+    """The given ones of ``names`` (Kafka name -> field), parsed as integers."""
+    out: dict[str, int] = {}
+    for name, attr in names.items():
+        if name in settings:
+            raw = settings[name]
+            try:
+                out[attr] = int(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"{name} = {raw!r}: must be an integer") from None
+    return out
 
 
