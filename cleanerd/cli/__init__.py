@@ -6,9 +6,12 @@ import click
 
 from cleanerd import __version__
 from cleanerd.cli.compact import compact
+from cleanerd.cli.config_cmd import config_group
+from cleanerd.cli.demo import demo
 from cleanerd.cli.dump import dump
 from cleanerd.cli.gen import gen
 from cleanerd.cli.plan import plan_command
+from cleanerd.cli.run import ctl, run
 from cleanerd.cli.verify import verify
 
 
@@ -23,6 +26,10 @@ cli.add_command(verify)
 cli.add_command(gen)
 cli.add_command(compact)
 cli.add_command(plan_command)
+cli.add_command(run)
+cli.add_command(ctl)
+cli.add_command(demo)
+cli.add_command(config_group)
 
 
 def main() -> None:

@@ -22,17 +22,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-import numpy as np
 from rich import box
 from rich.console import Console
 from rich.filesize import decimal
 from rich.table import Table
 
 from cleanerd.cli.options import format_option
+from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, plan
 from cleanerd.compaction.topic_settings import KNOWN_SETTINGS, TopicSettings
-from cleanerd.format import kernels as k
-from cleanerd.format.reader import I64, U8, scan_batches
+from cleanerd.format.reader import I64, U8
 from cleanerd.inspect.files import segment_logs
 from cleanerd.inspect.verify import looks_like_partition_dir
 from cleanerd.storage.checkpoints import (
@@ -216,17 +215,10 @@ def _checkpointed(logdir: Path, name: str, tp: TopicPartition) -> int | None:
 def _segment(base: int, path: Path, notes: list[str]) -> tuple[SegmentMeta, U8, I64, Path]:
     """One segment's metadata from a header walk (no CRC check, index files not needed). The
     largest timestamp is the newest batch's, which a rolled segment's time index ends with."""
-    size = path.stat().st_size
-    arr: U8 = np.memmap(path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
-    scan = scan_batches(arr, path=str(path), check_crc=False, prev_last_offset=base - 1)
-    if scan.error is not None:
-        notes.append(str(scan.error))
-    b, n = scan.batches, len(scan)
-    largest = int(b[:, k.B_MAX_TIMESTAMP].max()) if n else -1  # none: the mtime, as Kafka
-    largest = largest if largest >= 0 else path.stat().st_mtime_ns // 10**6
-    first = int(b[0, k.B_MAX_TIMESTAMP]) if n else None
-    end = int(b[-1, k.B_LAST_OFFSET]) + 1 if n else base
-    return SegmentMeta(base, size, largest, first, end), arr, b, path
+    result = walk_segment(base, path)
+    if result.walk.error is not None:
+        notes.append(str(result.walk.error))
+    return result.walk.meta, result.arr, result.batches, path
 
 
 def read_log_meta(directory: Path, tp: TopicPartition) -> tuple[LogMeta, list[str]]:

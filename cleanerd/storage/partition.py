@@ -3,13 +3,14 @@
 The writer contract (DESIGN.md): writers only append to the active segment (highest base offset)
 and roll by starting a new one, under ``writer_lock``; the cleaner never touches the active
 segment and replaces older ones only by the atomic renames of ``swap.replace_segments``.
+``writer_lock`` also excludes other processes; on taking it the segment list is brought up to
+date with what they did meanwhile (``segment_list``), on letting go our index entries are
+written out so they see them.
 """
 
 from __future__ import annotations
 
 import bisect
-import random
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -27,16 +28,19 @@ from cleanerd.storage.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
 )
-from cleanerd.storage.errors import CorruptIndexError, StorageError
-from cleanerd.storage.files import LOG_SUFFIX, offset_from_name
+from cleanerd.storage.errors import StorageError
 from cleanerd.storage.leader_epoch import LeaderEpochCache
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState, scan_producer_state
+from cleanerd.storage.rolling import is_idle, jitter_ms, should_roll
 from cleanerd.storage.segment import LogSegment
+from cleanerd.storage.segment_list import SegmentWatch, list_logs, open_segment
+from cleanerd.storage.segment_times import complete_time_index
 from cleanerd.storage.swap import RecoveryReport, recover_temp_files, replace_segments
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.storage.txnindex import AbortedTxn
+from cleanerd.storage.writer_lock import PartitionWriterLock
 
 
 def wall_clock_ms() -> int:
@@ -61,7 +65,8 @@ class LoadReport:
 
 
 class PartitionLog:
-    """A partition's log on disk; thread-safe for one writer plus readers and the cleaner."""
+    """A partition's log on disk; safe for writers in several threads and processes plus
+    readers and the cleaner."""
 
     def __init__(
         self,
@@ -81,13 +86,18 @@ class PartitionLog:
         self.topic_partition: TopicPartition = tp
         self.config = config or LogConfig()
         self.clock = clock
-        self.writer_lock = threading.RLock()
         self.report = LoadReport()
         self._tail_checked = False
         self.leader_epochs = LeaderEpochCache(self.directory)
         self._txn_firsts: dict[int, int] | None = None  # producer id -> its open txn's first offset
         self.segments: list[LogSegment] = []
-        self._load()
+        self._watch = SegmentWatch(self.directory)
+        self.writer_lock = PartitionWriterLock(
+            self.directory, on_acquire=self._sync_segments, on_release=self._publish
+        )
+        with self.writer_lock:  # recovery must not race another process's swap
+            self._load()
+            self._watch.remember()
 
     @classmethod
     def create(
@@ -104,35 +114,34 @@ class PartitionLog:
     # --- loading ----------------------------------------------------------------------------
     def _load(self) -> None:
         self.report.recovery = recover_temp_files(self.directory, self.config)
-        bases = sorted(
-            offset_from_name(p.name)
-            for p in self.directory.iterdir()
-            if p.name.endswith(LOG_SUFFIX) and p.name.split(".", 1)[0].isdigit()
-        )
-        now = self.clock()
-        for base in bases:
-            seg = LogSegment(self.directory, base, self.config, created_ms=now)
-            self._check_indexes(seg)
-            self.segments.append(seg)
-        if not self.segments:
-            start = self._checkpointed(LOG_START_OFFSET_CHECKPOINT) or 0
-            self.segments.append(
-                LogSegment.create(self.directory, start, self.config, created_ms=now)
-            )
+        bases = sorted(list_logs(self.directory))
+        self.segments = [self._open_segment(base) for base in bases] or [self._first_segment()]
 
-    def _check_indexes(self, seg: LogSegment) -> None:
-        """Rebuild a missing or corrupt offset/time index of a segment from its ``.log``."""
-        reason = None
-        if seg.size and not seg.offset_index.path.exists():
-            reason = "missing"
-        else:
-            try:
-                seg.sanity_check()
-            except CorruptIndexError as e:
-                reason = str(e)
-        if reason is not None:
-            seg.rebuild_indexes()
-            self.report.rebuilt_indexes.append(f"{seg.log_path.name}: {reason}")
+    def _open_segment(self, base: int) -> LogSegment:
+        seg, rebuilt = open_segment(self.directory, base, self.config, self.clock())
+        if rebuilt is not None:
+            self.report.rebuilt_indexes.append(rebuilt)
+        return seg
+
+    def _first_segment(self) -> LogSegment:
+        start = self._checkpointed(LOG_START_OFFSET_CHECKPOINT) or 0
+        return LogSegment.create(self.directory, start, self.config, created_ms=self.clock())
+
+    def _sync_segments(self) -> None:
+        """Outermost lock acquire: take in the rolls, swaps and deletions of other processes."""
+        if self._watch.stale(self.segments):
+            fresh = self._watch.reconcile(self.segments, self._open_segment)
+            if fresh is not None:
+                self.segments = fresh or [self._first_segment()]
+                self._tail_checked = False  # a writer that died may have left a torn tail
+                self._txn_firsts = None
+
+    def _publish(self) -> None:
+        """Outermost lock release: buffered index entries go to disk for other processes."""
+        if self.segments:
+            self.active_segment.offset_index.close()
+            self.active_segment.time_index.close()
+            self._watch.settle()
 
     def _checkpointed(self, name: str) -> int | None:
         path = self.directory.parent / name
@@ -339,28 +348,28 @@ class PartitionLog:
         return AppendInfo(first, last)
 
     # --- rolling ----------------------------------------------------------------------------
+    def roll_if_idle(self, now_ms: int, max_lag_ms: int) -> bool:
+        """Roll the active segment if ``rolling.is_idle``; True if it rolled (KIP-354)."""
+        with self.writer_lock:
+            self._prepare_append()  # no torn tail may end up inside an inactive segment
+            seg = self.active_segment
+            return is_idle(seg, now_ms, max_lag_ms) and self.roll() is not seg
+
     def _jitter_ms(self, base_offset: int) -> int:
-        """Kafka picks a random roll jitter per segment; ours is seeded by the segment's name."""
-        cap = min(self.config.segment_jitter_ms, self.config.segment_ms)
-        if cap <= 0:
-            return 0
-        return random.Random(f"{self.directory.name}:{base_offset}").randrange(cap)
+        return jitter_ms(self.config, self.directory.name, base_offset)
 
     def should_roll(self, size: int, max_timestamp: int, last_offset: int) -> bool:
         """Kafka's shouldRoll for an append of ``size`` bytes."""
         seg = self.active_segment
-        if seg.size == 0:
-            return False
-        rolling = seg.first_batch_timestamp()
-        if rolling is not None and rolling >= 0:
-            waited = max_timestamp - rolling
-        else:
-            waited = self.clock() - seg.created_ms
-        return (
-            seg.size > self.config.segment_bytes - size
-            or waited > self.config.max_segment_ms - self._jitter_ms(seg.base_offset)
-            or seg.indexes_full()
-            or not seg.can_hold(last_offset)
+        jitter, now = self._jitter_ms(seg.base_offset), self.clock()
+        return should_roll(
+            seg,
+            self.config,
+            jitter=jitter,
+            size=size,
+            max_timestamp=max_timestamp,
+            last_offset=last_offset,
+            now_ms=now,
         )
 
     def _maybe_roll(self, size: int, max_timestamp: int, first: int, last: int) -> None:
@@ -380,6 +389,7 @@ class PartitionLog:
             base = seg.next_offset() if new_base is None else new_base
             if seg.size == 0:
                 return seg
+            complete_time_index(seg)
             seg.on_become_inactive()
             seg.close()
             new = LogSegment.create(self.directory, base, self.config, created_ms=self.clock())
@@ -389,12 +399,14 @@ class PartitionLog:
     # --- cleaning -----------------------------------------------------------------------------
     def replace_segments(self, new: LogSegment, old: Sequence[LogSegment]) -> None:
         """Swap a ``.cleaned`` segment in for inactive ``old`` segments (swap protocol)."""
-        with self.writer_lock:
-            if any(s is self.active_segment for s in old):
-                raise StorageError("the active segment is never replaced by the cleaner")
+        with self.writer_lock:  # the list is now up to date with other processes
+            live = {s.base_offset for s in self.segments[:-1]}
+            gone = [s.log_path.name for s in old if s.base_offset not in live]
+            if gone:
+                raise StorageError(f"cannot replace {gone}: not inactive segments (any more)")
             replace_segments(new, old)
-            doomed = {id(s) for s in old}
-            kept = [s for s in self.segments if id(s) not in doomed]
+            doomed = {s.base_offset for s in old}
+            kept = [s for s in self.segments if s.base_offset not in doomed]
             bisect.insort(kept, new, key=lambda s: s.base_offset)
             self.segments = kept
 
@@ -407,6 +419,7 @@ class PartitionLog:
             self.active_segment.flush()
             for seg in self.segments:
                 seg.close()
+        self.writer_lock.close()
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.directory}, segments={len(self.segments)})"

@@ -1,0 +1,145 @@
+"""``cleanerd run`` (the daemon) and ``cleanerd ctl`` (its admin API from the command line).
+
+``run`` loads the config (defaults < ``--config`` TOML < ``--kafka-properties`` < ``CLEANERD_*``
+environment < ``--set``), configures logging and runs the daemon until SIGTERM/SIGINT.
+Exit codes: 0 stopped cleanly; 1 a log dir is locked, the port is taken or the daemon failed;
+2 invalid configuration (one line per problem).
+
+``ctl`` talks to a running daemon over its HTTP port (address and token from the same config
+sources, or ``--url`` and ``--token``).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import click
+
+from cleanerd.cli.config_cmd import config_options, load_from_options
+from cleanerd.config import LoadedConfig, load_config
+from cleanerd.service.daemon import Daemon, StartupError, run_daemon
+from cleanerd.service.logging import configure_logging
+from cleanerd.storage.errors import StorageError
+
+
+@click.command()
+@config_options
+def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str, ...]) -> None:
+    """Run the compaction daemon on the configured log dirs (log.dirs, default ./data).
+
+    Serves /metrics, /healthz, /status and the admin API on cleanerd.http.listen (default
+    127.0.0.1:9404). SIGTERM/SIGINT: stop; SIGHUP: reload the config.
+    """
+    loaded = load_from_options(config_file, kafka_properties, sets)
+    configure_logging(loaded.config.log_format, loaded.config.log_level)
+    for note in loaded.notes:
+        click.echo(f"note: {note}", err=True)
+
+    def reload() -> LoadedConfig:
+        return load_config(
+            config_file=config_file,
+            kafka_properties=kafka_properties,
+            overrides=dict(s.split("=", 1) for s in sets),
+        )
+
+    try:
+        code = run_daemon(lambda: Daemon(loaded, reload))
+    except (StartupError, StorageError) as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(1) from None
+    raise SystemExit(code)
+
+
+@click.group()
+def ctl() -> None:
+    """Ask a running daemon: status, or pause / resume / clean a partition."""
+
+
+def _endpoint(
+    config_file: Path | None,
+    kafka_properties: Path | None,
+    sets: tuple[str, ...],
+    url: str | None,
+    token: str | None,
+) -> tuple[str, str | None]:
+    loaded = load_from_options(config_file, kafka_properties, sets)
+    c = loaded.config
+    if url is None:
+        if c.http_host is None:
+            raise click.UsageError("cleanerd.http.listen is off: give --url")
+        host = f"[{c.http_host}]" if ":" in c.http_host else c.http_host
+        url = f"http://{host}:{c.http_port}"
+    return url.rstrip("/"), token if token is not None else c.admin_token
+
+
+def _request(url: str, token: str | None, method: str) -> dict[str, object]:
+    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            body: dict[str, object] = json.loads(response.read())
+            return body
+    except urllib.error.HTTPError as e:
+        detail = e.read().decode(errors="replace").strip()
+        click.echo(f"error: {method} {url}: HTTP {e.code}: {detail}", err=True)
+        raise SystemExit(1) from None
+    except (urllib.error.URLError, OSError) as e:
+        click.echo(
+            f"error: {method} {url}: {getattr(e, 'reason', e)} (is cleanerd running?)", err=True
+        )
+        raise SystemExit(1) from None
+
+
+def _ctl_options(func: click.decorators.FC) -> click.decorators.FC:
+    func = click.option("--token", help="Admin token [default: cleanerd.admin.token].")(func)
+    func = click.option("--url", help="Daemon URL [default: from cleanerd.http.listen].")(func)
+    return config_options(func)
+
+
+@ctl.command()
+@_ctl_options
+def status(
+    config_file: Path | None,
+    kafka_properties: Path | None,
+    sets: tuple[str, ...],
+    url: str | None,
+    token: str | None,
+) -> None:
+    """Print the daemon's /status JSON."""
+    base, token = _endpoint(config_file, kafka_properties, sets, url, token)
+    click.echo(json.dumps(_request(f"{base}/status", token, "GET"), indent=2))
+
+
+def _action(name: str) -> click.Command:
+    @click.argument("partition", type=click.IntRange(min=0))
+    @click.argument("topic")
+    @_ctl_options
+    def command(
+        config_file: Path | None,
+        kafka_properties: Path | None,
+        sets: tuple[str, ...],
+        url: str | None,
+        token: str | None,
+        topic: str,
+        partition: int,
+    ) -> None:
+        base, token = _endpoint(config_file, kafka_properties, sets, url, token)
+        quoted = urllib.parse.quote(topic, safe="")
+        body = _request(f"{base}/partitions/{quoted}/{partition}/{name}", token, "POST")
+        click.echo(json.dumps(body))
+
+    command.__doc__ = {
+        "pause": "Pause cleaning TOPIC PARTITION (a running cleaning is aborted).",
+        "resume": "Resume TOPIC PARTITION; also clears its uncleanable mark.",
+        "clean": "Clean TOPIC PARTITION at the next chance, whatever its dirty ratio.",
+    }[name]
+    return click.command(name)(command)
+
+
+for _name in ("pause", "resume", "clean"):
+    ctl.add_command(_action(_name))

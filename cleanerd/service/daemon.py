@@ -1,0 +1,360 @@
+"""``cleanerd run``: the daemon's lifecycle around the manager and the workers.
+
+Start: lock every log dir (Kafka's ``.lock``), survey the partitions, bind the HTTP port, then
+tell systemd READY. Run: the manager loop rescans every ``log.cleaner.backoff.ms`` (sooner after a
+cleaning or an admin request), rolls idle active segments past ``max.compaction.lag.ms``, applies
+retention to ``compact,delete`` logs, and wakes the workers. Signals: SIGTERM/SIGINT stop (abort
+the running cleanings at the next batch boundary, wait for them up to the shutdown timeout, exit
+0); SIGHUP reloads the config and applies what can change at run time, keeping the old config when
+the new one is invalid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from cleanerd.compaction.throttle import Throttler
+from cleanerd.config import RESTART_SETTINGS, ConfigError, LoadedConfig, changed_settings
+from cleanerd.service.budget import DedupeBudget
+from cleanerd.service.clean_job import JobResult
+from cleanerd.service.http import HttpServer, start_http
+from cleanerd.service.logging import get_logger
+from cleanerd.service.maintenance import Maintenance
+from cleanerd.service.manager import CleanerManager
+from cleanerd.service.metrics import DaemonMetrics
+from cleanerd.service.state import CleaningTotals, DaemonSnapshot, PartitionStatus
+from cleanerd.service.systemd import SystemdNotifier
+from cleanerd.service.workers import PoolSettings, WorkerPool
+from cleanerd.storage.logdir import LogDir
+from cleanerd.storage.partition import wall_clock_ms
+from cleanerd.storage.topic_partition import TopicPartition
+
+log = get_logger("cleanerd.daemon")
+
+STALL_FACTOR = 3
+"""``/healthz`` fails when the manager loop has not finished a cycle in this many backoffs
+(plus a minute for a slow survey)."""
+
+
+class StartupError(Exception):
+    """The daemon cannot start (a log dir is missing or locked, the port is taken)."""
+
+
+def _pool_settings(loaded: LoadedConfig) -> PoolSettings:
+    c = loaded.config
+    return PoolSettings(
+        threads=c.threads if c.cleaner_enable else 0,
+        load_factor=c.load_factor,
+        backoff_s=c.backoff_ms / 1000,
+        retry_attempts=c.retry_attempts,
+        retry_backoff_ms=c.retry_backoff_ms,
+        retry_backoff_max_ms=c.retry_backoff_max_ms,
+    )
+
+
+class Daemon:
+    """One running cleanerd; also the admin API the HTTP server calls."""
+
+    def __init__(
+        self,
+        loaded: LoadedConfig,
+        reload: Callable[[], LoadedConfig],
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        notifier: SystemdNotifier | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self._reload_config = reload
+        self.clock_ms = clock_ms
+        self.notifier = notifier or SystemdNotifier.from_env()
+        c = loaded.config
+        self.manager = CleanerManager(
+            c.log_dirs,
+            c.topic_settings,
+            load_factor=c.load_factor,
+            budget_bytes=c.dedupe_buffer_size,
+            clock_ms=clock_ms,
+        )
+        self.budget = DedupeBudget(c.dedupe_buffer_size)
+        self.throttler = Throttler(c.io_max_bytes_per_second)
+        self.metrics = DaemonMetrics(self.snapshot)
+        self.maintenance = Maintenance(self.manager, clock_ms)
+        self.pool: WorkerPool | None = None
+        self.http: HttpServer | None = None
+        self.ready = False
+        self.stopping = False
+        self.last_cycle = time.monotonic()
+        self.last_success_ms: int | None = None
+        self._stop = asyncio.Event()
+        self._rescan = asyncio.Event()
+        self._locks: list[LogDir] = []
+        self._manager_task: asyncio.Task[None] | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    async def run(self) -> int:
+        """Run until stopped; returns the exit code (0 after a clean stop)."""
+        c = self.loaded.config
+        self._lock_log_dirs(c.log_dirs)
+        try:
+            self.manager.apply(await asyncio.to_thread(self.manager.scan))
+            if c.http_host is not None:
+                try:
+                    self.http = await start_http(
+                        self, self.metrics, c.http_host, c.http_port, c.admin_token
+                    )
+                except OSError as e:
+                    raise StartupError(
+                        f"cannot listen on {c.http_host}:{c.http_port} "
+                        f"(cleanerd.http.listen): {e.strerror or e}"
+                    ) from None
+            self._install_signals()
+            self.pool = WorkerPool(
+                self.manager,
+                self.budget,
+                self.throttler,
+                _pool_settings(self.loaded),
+                clock_ms=self.clock_ms,
+                on_cleaned=self._cleaned,
+            )
+            self.pool.resize(self.pool.settings.threads)
+            self._manager_task = asyncio.create_task(self._manager_loop(), name="manager")
+            watchdog = asyncio.create_task(self.notifier.run_watchdog(), name="watchdog")
+            self.ready = True
+            self._started_log()
+            self.notifier.ready(self._status_line())
+            stop_wait = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({stop_wait, self._manager_task}, return_when=asyncio.FIRST_COMPLETED)
+            crashed = self._manager_task.done() and not self._stop.is_set()
+            if crashed:
+                log.error("manager loop crashed", error=repr(self._manager_task.exception()))
+            await self._shutdown()
+            watchdog.cancel()
+            stop_wait.cancel()
+            return 1 if crashed else 0
+        finally:
+            if self.http is not None:
+                await self.http.close()
+            for lock in self._locks:
+                lock.unlock()
+
+    def request_stop(self, reason: str = "requested") -> None:
+        if not self._stop.is_set():
+            log.info("stopping", reason=reason)
+            self._stop.set()
+
+    def _lock_log_dirs(self, dirs: tuple[Path, ...]) -> None:
+        source = self.loaded.origins.get("log.dirs", "default")
+        for path in dirs:
+            if not path.is_dir():
+                raise StartupError(
+                    f"log dir {path} does not exist (log.dirs from {source}); "
+                    "create it or set log.dirs"
+                )
+            lock = LogDir(path)
+            lock.lock()  # StorageError names the holder's PID
+            self._locks.append(lock)
+
+    def _install_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    async def _shutdown(self) -> None:
+        self.stopping = True
+        self.ready = False
+        self.notifier.stopping()
+        timeout = self.loaded.config.shutdown_timeout_ms / 1000
+        if self._manager_task is not None:
+            self._manager_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._manager_task
+        finished = await self.pool.stop(timeout) if self.pool is not None else True
+        if finished:
+            log.info("stopped", cleanings=self._totals().cleanings)
+        else:
+            log.error("shutdown timeout: a cleaning did not stop in time", timeout_s=timeout)
+
+    # --- the manager loop ---------------------------------------------------------------------
+    async def _manager_loop(self) -> None:
+        backoff = self.loaded.config.backoff_ms / 1000
+        while True:
+            self.manager.apply(await asyncio.to_thread(self.manager.scan))
+            changed = await self.maintenance.run()
+            self.last_cycle = time.monotonic()
+            if self.pool is not None:
+                self.pool.wake()
+            self.notifier.status(self._status_line())
+            if changed:
+                continue  # a rolled segment is cleanable now: plan it at once
+            backoff = self.loaded.config.backoff_ms / 1000
+            waits = [asyncio.ensure_future(self._rescan.wait())]
+            if self.pool is not None:
+                waits.append(asyncio.ensure_future(self.pool.finished.wait()))
+            _, pending = await asyncio.wait(
+                waits, timeout=backoff, return_when=asyncio.FIRST_COMPLETED
+            )
+            for fut in pending:
+                fut.cancel()
+            self._rescan.clear()
+            if self.pool is not None:
+                self.pool.finished.clear()
+
+    def _cleaned(self, result: JobResult) -> None:
+        self.last_success_ms = self.clock_ms()
+        self.metrics.observe_clean(result.seconds)
+
+    # --- reload -------------------------------------------------------------------------------
+    def reload(self) -> None:
+        """SIGHUP: apply the new config's run-time settings, or keep the old config."""
+        self.notifier.reloading()
+        try:
+            new = self._reload_config()
+        except ConfigError as e:
+            log.error(
+                "config reload failed; keeping the running config",
+                problems=[p.line() for p in e.problems],
+            )
+            self.notifier.ready(self._status_line())
+            return
+        changed = changed_settings(self.loaded, new)
+        restart = sorted(name for name in changed if name in RESTART_SETTINGS)
+        c = new.config
+        self.throttler.set_rate(c.io_max_bytes_per_second)
+        self.budget.resize(c.dedupe_buffer_size)
+        self.manager.configure(
+            c.topic_settings, load_factor=c.load_factor, budget_bytes=c.dedupe_buffer_size
+        )
+        self.loaded = new
+        if self.pool is not None:
+            threads = _pool_settings(new)
+            self.pool.settings = dataclasses.replace(threads, threads=self.pool.settings.threads)
+            self.pool.resize(threads.threads)
+        log.info(
+            "config reloaded",
+            changed=[n for n in changed if n not in RESTART_SETTINGS],
+            needs_restart=restart,
+        )
+        self._rescan.set()
+        self.notifier.ready(self._status_line())
+
+    # --- the admin API (service.http.AdminApi) ------------------------------------------------
+    def _totals(self) -> CleaningTotals:
+        base = self.manager.totals
+        return dataclasses.replace(
+            base,
+            segments_rolled=base.segments_rolled + self.maintenance.rolled,
+            segments_deleted=base.segments_deleted + self.maintenance.deleted,
+            worker_restarts=self.pool.restarts if self.pool is not None else 0,
+        )
+
+    def snapshot(self) -> DaemonSnapshot:
+        m = self.manager
+        return DaemonSnapshot(
+            now_ms=self.clock_ms(),
+            partitions=m.statuses(),
+            workers=tuple(self.pool.status.values()) if self.pool is not None else (),
+            totals=self._totals(),
+            max_dirty_ratio=m.max_dirty_ratio,
+            last_run_ms=m.last_run_ms,
+            logs_compacted_by_max_lag=m.logs_compacted_by_max_lag,
+            dedupe_budget_bytes=self.budget.total,
+            dedupe_budget_in_use_bytes=self.budget.in_use,
+            throttle_sleep_seconds_total=self.throttler.slept_seconds,
+            last_success_ms=self.last_success_ms,
+            per_partition_metrics=self.loaded.config.per_partition_metrics,
+            ready=self.ready,
+            stopping=self.stopping,
+        )
+
+    def healthy(self) -> tuple[bool, str]:
+        if self.stopping:
+            return False, "stopping"
+        if self._manager_task is None or self._manager_task.done():
+            return False, "manager loop not running"
+        if self.pool is not None and not self.pool.alive:
+            return False, "a worker is dead"
+        stall = STALL_FACTOR * self.loaded.config.backoff_ms / 1000 + 60
+        if time.monotonic() - self.last_cycle > stall:
+            return False, f"manager loop stalled for more than {stall:.0f} s"
+        return True, "ok"
+
+    def _admin(
+        self, tp: TopicPartition, action: Callable[[TopicPartition], None]
+    ) -> PartitionStatus | None:
+        if not any(s.tp == tp for s in self.manager.statuses()):
+            return None
+        action(tp)
+        log.info("admin request", partition=str(tp), action=action.__name__)
+        self._rescan.set()
+        if self.pool is not None:
+            self.pool.wake()
+        return next(s for s in self.manager.statuses() if s.tp == tp)
+
+    def pause(self, tp: TopicPartition) -> PartitionStatus | None:
+        return self._admin(tp, self.manager.pause)
+
+    def resume(self, tp: TopicPartition) -> PartitionStatus | None:
+        return self._admin(tp, self.manager.resume)
+
+    def clean(self, tp: TopicPartition) -> PartitionStatus | None:
+        return self._admin(tp, self.manager.request_clean)
+
+    # --- status text --------------------------------------------------------------------------
+    def _status_line(self) -> str:
+        statuses = self.manager.statuses()
+        busy = [str(s.tp) for s in statuses if s.state.value == "in_progress"]
+        uncleanable = sum(1 for s in statuses if s.uncleanable)
+        text = (
+            f"{len(statuses)} partitions, {sum(1 for s in statuses if s.cleanable)} to clean, "
+            f"{uncleanable} uncleanable"
+        )
+        return text + (f"; cleaning {', '.join(busy[:3])}" if busy else "")
+
+    def _started_log(self) -> None:
+        c = self.loaded.config
+        statuses = self.manager.statuses()
+        log.info(
+            "cleanerd ready",
+            log_dirs=[str(p) for p in c.log_dirs],
+            partitions=len(statuses),
+            compacted=sum(1 for s in statuses if s.compacted),
+            workers=c.threads,
+            http=f"http://{c.http_host}:{self.http.port}" if self.http is not None else None,
+        )
+        if statuses and not any(s.compacted for s in statuses):
+            log.warning(
+                "no partition has cleanup.policy=compact: nothing will be compacted "
+                "(set log.cleanup.policy or a [topics] table)"
+            )
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop factory when uvloop is installed, else None (asyncio's default loop)."""
+    try:
+        import uvloop  # noqa: PLC0415 (optional: no wheel on some platforms)
+    except ImportError:  # pragma: no cover - uvloop is a declared dependency on Linux
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def run_async(main: Callable[[], Awaitable[int]]) -> int:
+    """Run ``main()`` on a fresh event loop (uvloop when available); returns its exit code."""
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        return runner.run(_call(main))
+
+
+async def _call(main: Callable[[], Awaitable[int]]) -> int:
+    return await main()
+
+
+def run_daemon(make: Callable[[], Daemon]) -> int:
+    """Build the daemon inside the loop and run it until it stops; returns the exit code."""
+    return run_async(lambda: make().run())

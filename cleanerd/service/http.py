@@ -1,0 +1,145 @@
+"""The daemon's one HTTP port: Prometheus scrapes, health, status and the admin actions.
+
+Served by aiohttp inside the event loop, so handlers call the manager directly (it is only ever
+used from the loop thread) and a scrape reads one fresh snapshot. Admin actions change what the
+daemon does, so they are refused unless the peer is loopback or sends the configured bearer
+token. Forwarding headers are ignored on purpose: behind a reverse proxy on the same host every
+request looks local, so such a deployment should set ``cleanerd.admin.token`` and not rely on
+loopback alone.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+from aiohttp import web
+
+from cleanerd.service.metrics import DaemonMetrics
+from cleanerd.service.state import DaemonSnapshot, PartitionStatus
+from cleanerd.storage.topic_partition import TopicPartition
+
+ACTIONS = ("pause", "resume", "clean")
+SHUTDOWN_TIMEOUT_S = 2.0
+"""How long ``close()`` lets in-flight requests finish; scrapes and admin calls are quick."""
+
+
+class AdminApi(Protocol):
+    """What the HTTP layer needs from the daemon (None from an action = unknown partition)."""
+
+    def snapshot(self) -> DaemonSnapshot: ...
+
+    def healthy(self) -> tuple[bool, str]: ...
+
+    def pause(self, tp: TopicPartition) -> PartitionStatus | None: ...
+
+    def resume(self, tp: TopicPartition) -> PartitionStatus | None: ...
+
+    def clean(self, tp: TopicPartition) -> PartitionStatus | None: ...
+
+
+def is_trusted(peer_ip: str | None, auth_header: str | None, token: str | None) -> bool:
+    """Loopback peers are trusted; anyone else needs ``Authorization: Bearer <token>``.
+
+    Without a configured token, only loopback may act. The comparison is constant-time.
+    """
+    if peer_ip is not None:
+        try:
+            addr = ipaddress.ip_address(peer_ip.split("%", 1)[0])  # drop an IPv6 zone id
+        except ValueError:
+            addr = None
+        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+            addr = addr.ipv4_mapped  # ::ffff:127.0.0.1 from a dual-stack socket
+        if addr is not None and addr.is_loopback:
+            return True
+    if not token or not auth_header:
+        return False
+    scheme, _, presented = auth_header.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(presented.strip().encode(), token.encode())
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    data = orjson.dumps(body, default=str, option=orjson.OPT_NON_STR_KEYS)
+    return web.Response(body=data, status=status, content_type="application/json")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status)
+
+
+def make_app(api: AdminApi, metrics: DaemonMetrics, token: str | None = None) -> web.Application:
+    """The application with every route; ``start_http`` serves it."""
+
+    async def get_metrics(_: web.Request) -> web.Response:
+        body, content_type = metrics.render()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def get_healthz(_: web.Request) -> web.Response:
+        ok, reason = api.healthy()
+        if ok:
+            return web.Response(text="ok\n")
+        return web.Response(text=f"{reason}\n", status=503)
+
+    async def get_status(_: web.Request) -> web.Response:
+        return _json(api.snapshot().to_json())
+
+    async def post_action(request: web.Request) -> web.Response:
+        if not is_trusted(request.remote, request.headers.get("Authorization"), token):
+            return _error(403, "admin actions need a loopback peer or the admin bearer token")
+        info = request.match_info
+        tp = TopicPartition(info["topic"], int(info["partition"]))
+        status = getattr(api, info["action"])(tp)
+        if status is None:
+            return _error(404, f"unknown partition {tp}")
+        state = "uncleanable" if status.uncleanable else status.state.value
+        return _json({"partition": str(tp), "state": state})
+
+    app = web.Application()
+    app.router.add_get("/metrics", get_metrics)
+    app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/status", get_status)
+    # The patterns make unknown actions and non-numeric partitions plain 404s; a GET on an
+    # action path matches the resource but not the method, hence 405.
+    app.router.add_post(
+        "/partitions/{topic}/{partition:[0-9]{1,10}}/{action:" + "|".join(ACTIONS) + "}",
+        post_action,
+    )
+    return app
+
+
+@dataclass
+class HttpServer:
+    """A running server: the port actually bound (useful with port 0) and how to stop it."""
+
+    runner: web.AppRunner
+    host: str
+    port: int
+
+    async def close(self) -> None:
+        await self.runner.cleanup()
+
+
+async def serve_app(app: web.Application, host: str, port: int) -> HttpServer:
+    """Bind ``app`` on host:port (OSError if the port is taken); access log off."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = runner.addresses[0]
+    return HttpServer(runner=runner, host=host, port=int(bound[1]))
+
+
+async def start_http(
+    api: AdminApi, metrics: DaemonMetrics, host: str, port: int, token: str | None = None
+) -> HttpServer:
+    """Serve metrics, health, status and admin actions on host:port (port 0: any free port)."""
+    return await serve_app(make_app(api, metrics, token), host, port)

@@ -1,0 +1,377 @@
+"""Which partition a worker cleans next, and each partition's cleaning state.
+
+Kafka's ``LogCleanerManager`` under the daemon: the states (in progress, aborted, paused(n)),
+the uncleanable mark and the grab. The grab is KIP-354's order, which Kafka never shipped:
+overdue logs first by must-clean ratio, then the rest by dirty ratio (``plan.rank``); a log an
+admin asked to clean goes first whatever its ratio. cleanerd adds what Kafka lacks: a failed
+clean is retried with exponential backoff before the partition is marked uncleanable, and the
+mark is lifted when the partition's files change or on resume.
+
+Split in two so the event loop never reads files: ``scan`` (thread-safe, no status change) takes
+a ``Survey`` in a thread; ``apply`` and everything else run on the loop thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from cleanerd.compaction.plan import CleaningPlan, LogMeta
+from cleanerd.compaction.topic_settings import TopicSettings
+from cleanerd.service.grab import (
+    CleanOutcome,
+    Grab,
+    GrabFigures,
+    add_clean,
+    choose,
+    idle_roll_due,
+    retention_due,
+)
+from cleanerd.service.metadata import MetadataCache
+from cleanerd.service.sizing import map_bytes_for
+from cleanerd.service.state import (
+    CleaningState,
+    CleaningTotals,
+    PartitionStatus,
+)
+from cleanerd.service.survey import PartitionSurvey, Resolve, Survey, take_survey
+from cleanerd.storage.partition import wall_clock_ms
+from cleanerd.storage.topic_partition import TopicPartition
+
+IDLE, IN_PROGRESS = CleaningState.IDLE, CleaningState.IN_PROGRESS
+ABORTED, PAUSED = CleaningState.ABORTED, CleaningState.PAUSED
+
+__all__ = ["CleanOutcome", "CleanerManager", "Grab"]
+
+
+class CleanerManager:
+    """Partition states and the grab; the only writer of ``PartitionStatus`` records."""
+
+    def __init__(
+        self,
+        log_dirs: Sequence[Path],
+        resolve: Resolve,
+        *,
+        load_factor: float = 0.9,
+        budget_bytes: int = 128 << 20,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.log_dirs = tuple(Path(d) for d in log_dirs)
+        self._config = (resolve, load_factor, budget_bytes)
+        self._clock = clock_ms
+        self._cache = MetadataCache()
+        self._scan_lock = threading.Lock()
+        self._statuses: dict[TopicPartition, PartitionStatus] = {}
+        self._surveyed: dict[TopicPartition, PartitionSurvey] = {}
+        self._stale: set[TopicPartition] = set()  # grabbed since the last fresh survey entry
+        self._released: dict[TopicPartition, int] = {}  # epoch at which a worker let go
+        self._epoch = 0
+        self._scan_bad: set[TopicPartition] = set()  # its files could not be read
+        self._config_bad: set[TopicPartition] = set()  # its topic config did not resolve
+        self._clean_bad: dict[TopicPartition, int | None] = {}  # fingerprint after the failure
+        self.totals = CleaningTotals()
+        self.survey_errors: tuple[str, ...] = ()
+        # Kafka's LogCleanerManager gauges and KIP-354's PreCleanStats, from the last grab
+        self.last_run_ms: int | None = None  # wall clock of the last grab attempt
+        self.max_dirty_ratio = 0.0  # of the last grab attempt
+        self.last_grab = GrabFigures(0.0, 0, 0, 0)  # of the last grab that returned a log
+        self.last_success_ms: int | None = None
+
+    # --- configuration and scanning ---------------------------------------------------------
+    def configure(self, resolve: Resolve, *, load_factor: float, budget_bytes: int) -> None:
+        """New topic settings and sizing (SIGHUP); the next scan plans with them."""
+        self._config = (resolve, load_factor, budget_bytes)
+
+    @property
+    def metadata(self) -> MetadataCache:
+        return self._cache
+
+    def scan(self) -> Survey:
+        """Refresh metadata and plan every compacted log at now. Thread-safe; changes no status
+        (run it with ``asyncio.to_thread`` and hand the result to ``apply``)."""
+        resolve = self._config[0]
+        with self._scan_lock:
+            epoch = self._epoch
+            return take_survey(self.log_dirs, resolve, self._cache, self._clock(), epoch)
+
+    def apply(self, survey: Survey) -> None:
+        """Take a survey's figures into the statuses; drop partitions that went away."""
+        for tp, entry in survey.partitions.items():
+            self._apply_one(tp, entry, survey.epoch)
+        for tp in list(self._statuses):
+            st = self._statuses[tp]
+            gone = tp not in survey.partitions and st.log_dir not in survey.unlisted_log_dirs
+            if gone and st.state not in (IN_PROGRESS, ABORTED):
+                self._forget(tp)
+        self.survey_errors = survey.errors
+
+    def _forget(self, tp: TopicPartition) -> None:
+        del self._statuses[tp]
+        for found in (self._surveyed, self._released, self._clean_bad):
+            found.pop(tp, None)
+        for marks in (self._stale, self._scan_bad, self._config_bad):
+            marks.discard(tp)
+
+    def _apply_one(self, tp: TopicPartition, entry: PartitionSurvey, epoch: int) -> None:
+        st = self._statuses.get(tp)
+        if st is None:
+            st = self._statuses[tp] = PartitionStatus(tp, entry.log_dir, entry.directory)
+        busy = st.state in (IN_PROGRESS, ABORTED)
+        if busy or self._released.get(tp, -1) > epoch:
+            return  # the survey may predate the worker's changes: wait for a fresh one
+        self._stale.discard(tp)
+        self._surveyed[tp] = entry
+        st.size_bytes = entry.meta.size_bytes
+        if entry.config_error is not None:
+            self._config_bad.add(tp)
+            st.last_error = entry.config_error
+            return
+        if tp in self._config_bad:
+            self._config_bad.discard(tp)
+            st.last_error = None
+        st.compacted = entry.compacted
+        if entry.read_error is not None:
+            self._scan_bad.add(tp)
+            st.last_error = entry.read_error
+        elif tp in self._scan_bad:
+            self._scan_bad.discard(tp)
+            st.last_error = None
+        if tp in self._clean_bad and entry.read_error is None:
+            seen = self._clean_bad[tp]
+            if seen is None:
+                self._clean_bad[tp] = entry.fingerprint  # the files as the failure left them
+            elif seen != entry.fingerprint:
+                del self._clean_bad[tp]
+                st.failures, st.retry_at_ms = 0, None
+        st.uncleanable = tp in self._scan_bad or tp in self._clean_bad
+        self._take_plan(st, entry.plan)
+
+    @staticmethod
+    def _take_plan(st: PartitionStatus, p: CleaningPlan | None) -> None:
+        if p is None:
+            st.clean_bytes = st.cleanable_bytes = st.compaction_delay_ms = 0
+            st.dirty_ratio = st.must_clean_ratio = 0.0
+            st.overdue = st.cleanable = False
+            return
+        st.clean_bytes, st.cleanable_bytes = p.clean_bytes, p.cleanable_bytes
+        st.dirty_ratio, st.must_clean_ratio = p.dirty_ratio, p.must_clean_ratio
+        st.compaction_delay_ms = p.compaction_delay_ms
+        st.first_dirty_offset = p.first_dirty_offset
+        st.first_uncleanable_offset = p.first_uncleanable_offset
+        st.overdue, st.cleanable = p.overdue, p.is_cleanable
+
+    # --- grabbing -----------------------------------------------------------------------------
+    def _candidates(self, now: int) -> list[tuple[PartitionStatus, PartitionSurvey]]:
+        """Kafka's candidates: compacted, no cleaning state, not uncleanable; plus not backing
+        off after a failure (unless asked to clean) and planned since their last cleaning."""
+        out = []
+        for tp, st in self._statuses.items():
+            entry = self._surveyed.get(tp)
+            if (
+                entry is None
+                or entry.plan is None
+                or entry.settings is None
+                or not st.compacted
+                or st.state is not IDLE
+                or st.uncleanable
+                or tp in self._stale
+                or tp in self._config_bad
+            ):
+                continue
+            if st.retry_at_ms is not None and st.retry_at_ms > now and not st.clean_requested:
+                continue
+            out.append((st, entry))
+        return out
+
+    def grab(self) -> Grab | None:
+        """The next log to clean, marked in progress; None when nothing is cleanable."""
+        now = self._clock()
+        self.last_run_ms = now
+        candidates = self._candidates(now)
+        plans = [e.plan for _, e in candidates if e.plan is not None]
+        requested = {st.tp for st, _ in candidates if st.clean_requested}
+        chosen, figures = choose(plans, requested)
+        self.max_dirty_ratio = figures.max_dirty_ratio
+        if chosen is None:
+            return None
+        self.last_grab = figures  # Kafka keeps the PreCleanStats of grabs that found a log
+        st, entry = self._statuses[chosen], self._surveyed[chosen]
+        assert entry.plan is not None
+        assert entry.settings is not None
+        st.state = IN_PROGRESS
+        st.clean_requested = False
+        self._stale.add(chosen)
+        _, load_factor, budget = self._config
+        return Grab(
+            tp=chosen,
+            directory=entry.directory,
+            log_dir=entry.log_dir,
+            settings=entry.settings,
+            plan=entry.plan,
+            map_bytes=map_bytes_for(
+                entry.dirty_records, entry.settings.strategy, load_factor, budget
+            ),
+            dirty_records=entry.dirty_records,
+            max_compaction_delay_ms=figures.max_compaction_delay_ms,
+            requested=chosen in requested,
+        )
+
+    @property
+    def logs_compacted_by_max_lag(self) -> int:
+        """KIP-354's num-logs-compacted-by-max-compaction-lag: of the last grab with a log."""
+        return self.last_grab.logs_compacted_by_max_lag
+
+    @property
+    def last_grab_max_compaction_delay_ms(self) -> int:
+        return self.last_grab.max_compaction_delay_ms
+
+    # --- a worker lets go --------------------------------------------------------------------
+    def _let_go(self, tp: TopicPartition) -> PartitionStatus | None:
+        """In progress -> idle; aborted -> paused (Kafka's doneCleaning), or idle if resumed."""
+        st = self._statuses.get(tp)
+        if st is None:
+            return None
+        if st.state in (IN_PROGRESS, ABORTED):
+            st.state = PAUSED if st.paused_count > 0 else IDLE
+        self._epoch += 1
+        self._released[tp] = self._epoch
+        self._stale.add(tp)
+        return st
+
+    def done(self, tp: TopicPartition, result: CleanOutcome) -> None:
+        """A successful clean: history, totals, and no more failures or uncleanable mark."""
+        st = self._let_go(tp)
+        now = self._clock()
+        self.totals = add_clean(self.totals, result.stats)
+        self.last_success_ms = now
+        if st is None:
+            return
+        st.cleanings += 1
+        st.last_clean_ms, st.last_clean_seconds = now, result.seconds
+        st.first_dirty_offset = result.end_offset
+        st.failures, st.retry_at_ms, st.last_error = 0, None, None
+        self._clean_bad.pop(tp, None)
+        st.uncleanable = tp in self._scan_bad
+
+    def failed(
+        self,
+        tp: TopicPartition,
+        error: str,
+        *,
+        retry_attempts: int,
+        backoff_ms: int,
+        backoff_max_ms: int,
+    ) -> None:
+        """A failed clean: retry after ``backoff * 2**(failures-1)`` (capped), and after
+        ``retry_attempts`` retries mark it uncleanable until its files change or resume."""
+        st = self._let_go(tp)
+        self.totals = dataclasses.replace(self.totals, failures=self.totals.failures + 1)
+        if st is None:
+            return
+        st.failures += 1
+        st.last_error = error
+        if st.failures > retry_attempts:
+            st.uncleanable = True
+            st.retry_at_ms = None
+            self._clean_bad[tp] = None  # fingerprint taken from the next fresh survey
+        else:
+            wait = min(backoff_ms * 2 ** (st.failures - 1), backoff_max_ms)
+            st.retry_at_ms = self._clock() + max(wait, 0)
+
+    def aborted(self, tp: TopicPartition) -> None:
+        """The worker stopped early (pause, abort, shutdown): no success, no failure."""
+        self._let_go(tp)
+
+    def should_abort(self, tp: TopicPartition) -> bool:
+        """Thread-safe: the worker's ``abort_check``."""
+        st = self._statuses.get(tp)
+        return st is not None and st.state is ABORTED
+
+    # --- admin ---------------------------------------------------------------------------------
+    def pause(self, tp: TopicPartition) -> None:
+        """Kafka's abortAndPauseCleaning, counted: an in-progress log is aborted (paused when
+        its worker lets go). An unknown partition is ignored."""
+        st = self._statuses.get(tp)
+        if st is None:
+            return
+        st.paused_count += 1
+        if st.state is IN_PROGRESS:
+            st.state = ABORTED
+        elif st.state is IDLE:
+            st.state = PAUSED
+
+    def resume(self, tp: TopicPartition) -> None:
+        """Undo one pause (paused(n) -> paused(n-1), idle at 0); also clears the uncleanable
+        mark, failures and backoff (an operator's "try again")."""
+        st = self._statuses.get(tp)
+        if st is None:
+            return
+        st.paused_count = max(st.paused_count - 1, 0)
+        if st.state is PAUSED and st.paused_count == 0:
+            st.state = IDLE
+        self._clean_bad.pop(tp, None)
+        st.failures, st.retry_at_ms = 0, None
+        st.uncleanable = tp in self._scan_bad
+
+    def request_clean(self, tp: TopicPartition) -> None:
+        """Clean at the next grab whatever the ratio (not while paused or uncleanable)."""
+        st = self._statuses.get(tp)
+        if st is not None:
+            st.clean_requested = True
+
+    # --- idle rolls and retention ---------------------------------------------------------------
+    def settings_for(self, tp: TopicPartition) -> TopicSettings:
+        """The topic settings of the partition's last survey (KeyError when it has none)."""
+        settings = self._surveyed[tp].settings
+        if settings is None:
+            raise KeyError(f"{tp}: its topic config did not resolve")
+        return settings
+
+    def _maintainable(self) -> list[tuple[PartitionStatus, LogMeta, TopicSettings]]:
+        """Compacted, idle, readable logs whose survey is current."""
+        found = []
+        for tp, st in sorted(self._statuses.items()):
+            entry = self._surveyed.get(tp)
+            if entry is None or entry.settings is None or entry.meta.log is None:
+                continue
+            if st.compacted and st.state is IDLE and not st.uncleanable and tp not in self._stale:
+                found.append((st, entry.meta.log, entry.settings))
+        return found
+
+    def idle_rolls(self) -> list[PartitionStatus]:
+        """Logs whose non-empty active segment's first batch is older than
+        ``max.compaction.lag.ms``: rolled, their records become cleanable within the lag."""
+        now = self._clock()
+        found = self._maintainable()
+        return [dataclasses.replace(st) for st, lm, ts in found if idle_roll_due(lm, ts, now)]
+
+    def deletable(self) -> list[PartitionStatus]:
+        """``compact,delete`` logs with segments retention would delete (Kafka's sweep); the
+        caller ``reserve``s each one while it deletes."""
+        now = self._clock()
+        found = self._maintainable()
+        return [dataclasses.replace(st) for st, lm, ts in found if retention_due(lm, ts, now)]
+
+    def reserve(self, tp: TopicPartition) -> bool:
+        """Mark an idle, cleanable-state log in progress for a roll or a retention sweep (as
+        Kafka's sweep does), so no worker grabs it meanwhile; False when it is not idle."""
+        st = self._statuses.get(tp)
+        if st is None or st.state is not IDLE or st.uncleanable:
+            return False
+        st.state = IN_PROGRESS
+        return True
+
+    def release(self, tp: TopicPartition) -> None:
+        """End a ``reserve`` (a pause meanwhile leaves it paused)."""
+        self._let_go(tp)
+
+    # --- reading ----------------------------------------------------------------------------
+    def status(self, tp: TopicPartition) -> PartitionStatus | None:
+        st = self._statuses.get(tp)
+        return None if st is None else dataclasses.replace(st)
+
+    def statuses(self) -> tuple[PartitionStatus, ...]:
+        """Copies, by topic partition."""
+        return tuple(dataclasses.replace(self._statuses[tp]) for tp in sorted(self._statuses))

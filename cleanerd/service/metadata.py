@@ -1,0 +1,266 @@
+"""The daemon's per-partition metadata cache: a ``LogMeta`` per scan from stats, not rescans.
+
+Each scan lists a partition dir and stats its ``.log`` files; a segment whose (size, mtime,
+inode) did not change keeps its cached walk, one that only grew (the active segment) is walked
+from where the last walk stopped, anything else is walked again. The LSO needs the producer
+state only when some segment holds transactional batches, and then only those segments (no
+other batch opens or ends a transaction); its result is cached on their stats too. The log dir
+checkpoints are re-read only when their stat changes.
+
+Nothing here opens a ``PartitionLog``: opening may recover an interrupted swap, which only the
+cleaning worker may do. One scan at a time: the manager serialises callers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from cleanerd.compaction.log_meta import SegmentWalk, settled, walk_segment
+from cleanerd.compaction.plan import LogMeta, SegmentMeta, segments_between
+from cleanerd.storage.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_offset_checkpoint,
+)
+from cleanerd.storage.errors import StorageError
+from cleanerd.storage.files import LOG_SUFFIX, offset_from_name
+from cleanerd.storage.producer_state import scan_producer_state
+from cleanerd.storage.topic_partition import TopicPartition
+
+_NONE: Mapping[TopicPartition, int] = MappingProxyType({})
+_CHECKPOINTS = (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FileStamp:
+    """What says a file changed: size, modification time, inode (a swap makes a new inode)."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileStamp:
+        return cls(int(st.st_size), int(st.st_mtime_ns), int(st.st_ino))
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirCheckpoints:
+    """A log dir's offset checkpoints as read at the start of a scan."""
+
+    cleaner: Mapping[TopicPartition, int] = field(default_factory=lambda: _NONE)
+    log_start: Mapping[TopicPartition, int] = field(default_factory=lambda: _NONE)
+    replication: Mapping[TopicPartition, int] = field(default_factory=lambda: _NONE)
+    error: str | None = None  # a checkpoint file that does not parse
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    """One partition as the last scan saw it; ``log`` is None when it was not (or could not be)
+    walked: ``error`` says why when it could not."""
+
+    tp: TopicPartition
+    directory: Path
+    size_bytes: int
+    fingerprint: int  # changes when a file appears, goes, or an inactive segment changes
+    log: LogMeta | None = None
+    segment_records: tuple[int, ...] = ()  # per segment of ``log``
+    transactional: bool = False
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def records_between(self, from_offset: int, to_offset: int) -> int:
+        """Records in the segments Kafka's ``values(from, to)`` covers (sizing the offset map)."""
+        if self.log is None:
+            return 0
+        chosen = {s.base_offset for s in segments_between(self.log, from_offset, to_offset)}
+        return sum(
+            r
+            for s, r in zip(self.log.segments, self.segment_records, strict=True)
+            if s.base_offset in chosen
+        )
+
+
+@dataclass(slots=True)
+class _Listing:
+    names: list[str] = field(default_factory=list)
+    logs: list[tuple[int, Path, FileStamp]] = field(default_factory=list)
+
+
+def _list(directory: Path) -> _Listing:
+    out = _Listing()
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            out.names.append(entry.name)
+            if not entry.name.endswith(LOG_SUFFIX) or not entry.is_file(follow_symlinks=False):
+                continue
+            try:
+                base = offset_from_name(entry.name)
+            except ValueError:
+                continue
+            out.logs.append((base, Path(entry.path), FileStamp.of(entry.stat())))
+    out.logs.sort()
+    return out
+
+
+def _fingerprint(listing: _Listing) -> int:
+    """Names of all files and stats of the inactive segments: appends to the active segment do
+    not count (they are not what made a cleaning fail), a roll, a swap or a repair does."""
+    inactive = tuple((path.name, st.size, st.mtime_ns) for _, path, st in listing.logs[:-1])
+    return hash((tuple(sorted(listing.names)), inactive))
+
+
+class MetadataCache:
+    """Cached segment walks, LSOs and checkpoints across scans; counters for tests and bench."""
+
+    def __init__(self) -> None:
+        self._walks: dict[Path, tuple[FileStamp, SegmentWalk]] = {}
+        self._lso: dict[Path, tuple[object, int | None]] = {}
+        self._checkpoints: dict[Path, tuple[FileStamp | None, Mapping[TopicPartition, int]]] = {}
+        self._seen: set[Path] = set()
+        self.walks = 0  # segment header walks (full or resumed)
+        self.lso_walks = 0  # producer-state walks
+        self.checkpoint_reads = 0
+
+    # --- scans ------------------------------------------------------------------------------
+    def begin_scan(self) -> None:
+        self._seen = set()
+
+    def end_scan(self) -> None:
+        """Forget segments and partitions this scan did not see (deleted, swapped out)."""
+        self._walks = {p: v for p, v in self._walks.items() if p in self._seen}
+        self._lso = {d: v for d, v in self._lso.items() if d in self._seen}
+
+    # --- log dir checkpoints ----------------------------------------------------------------
+    def _checkpoint(self, path: Path) -> Mapping[TopicPartition, int]:
+        try:
+            stamp: FileStamp | None = FileStamp.of(path.stat())
+        except FileNotFoundError:
+            stamp = None
+        cached = self._checkpoints.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        entries: Mapping[TopicPartition, int] = _NONE
+        if stamp is not None:
+            self.checkpoint_reads += 1
+            entries = MappingProxyType(read_offset_checkpoint(path))
+        self._checkpoints[path] = (stamp, entries)
+        return entries
+
+    def checkpoints(self, log_dir: Path) -> LogDirCheckpoints:
+        """The three offset checkpoints of ``log_dir`` (re-read only when their stat changed)."""
+        try:
+            cleaner, start, replication = (self._checkpoint(log_dir / n) for n in _CHECKPOINTS)
+        except (StorageError, OSError) as e:
+            return LogDirCheckpoints(error=str(e))
+        return LogDirCheckpoints(cleaner, start, replication)
+
+    # --- partitions -------------------------------------------------------------------------
+    def read(
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        checkpoints: LogDirCheckpoints,
+        *,
+        walk: bool = True,
+    ) -> PartitionMeta:
+        """The partition's metadata; ``walk=False`` only lists and stats (a topic the cleaner
+        never compacts). Never raises for a bad partition: the error is in the result."""
+        self._seen.add(directory)
+        try:
+            try:
+                return self._read(directory, tp, checkpoints, walk)
+            except FileNotFoundError:  # a file went away between listing and reading: once more
+                return self._read(directory, tp, checkpoints, walk)
+        except Exception as e:  # one bad partition must not stop the scan
+            return PartitionMeta(tp, directory, 0, 0, error=f"{type(e).__name__}: {e}")
+
+    def _read(
+        self, directory: Path, tp: TopicPartition, checkpoints: LogDirCheckpoints, walk: bool
+    ) -> PartitionMeta:
+        listing = _list(directory)
+        size = sum(st.size for _, _, st in listing.logs)
+        fingerprint = _fingerprint(listing)
+        if not walk:
+            return PartitionMeta(tp, directory, size, fingerprint)
+        if checkpoints.error is not None:
+            return PartitionMeta(tp, directory, size, fingerprint, error=checkpoints.error)
+        walks = [
+            self._segment(base, path, stamp, active=i == len(listing.logs) - 1)
+            for i, (base, path, stamp) in enumerate(listing.logs)
+        ]
+        # A corrupt segment is planned up to its bad batch, as ``cleanerd plan`` does, so the
+        # partition's cleanable bytes still show (Kafka's uncleanable-bytes); ``error`` keeps
+        # the manager from cleaning it.
+        error = next((str(w.error) for w in walks if w.error is not None), None)
+        segments = [w.meta for w in walks]
+        start = checkpoints.log_start.get(tp)
+        if not segments:  # opening it would create an empty active segment at the log start
+            segments.append(SegmentMeta(start or 0, 0, 0, None, start or 0))
+        leo = segments[-1].next_offset
+        if start is None or not segments[0].base_offset <= start <= leo:
+            start = segments[0].base_offset
+        hw = checkpoints.replication.get(tp)
+        high = leo if hw is None else min(hw, leo)
+        txn = [
+            (path, stamp)
+            for (_, path, stamp), w in zip(listing.logs, walks, strict=True)
+            if w.transactional
+        ]
+        unstable = self._first_unstable(directory, txn) if txn else None
+        log = LogMeta(
+            topic_partition=tp,
+            segments=tuple(segments),
+            log_start_offset=start,
+            log_end_offset=leo,
+            last_stable_offset=high if unstable is None else min(unstable, high),
+            checkpoint=checkpoints.cleaner.get(tp),
+        )
+        records = tuple(w.records for w in walks) or (0,)
+        notes = tuple(str(w.torn_tail) for w in walks if w.torn_tail is not None)
+        return PartitionMeta(
+            tp, directory, size, fingerprint, log, records, bool(txn), error, notes
+        )
+
+    def _segment(self, base: int, path: Path, stamp: FileStamp, *, active: bool) -> SegmentWalk:
+        """The segment's walk: cached when unchanged, resumed when it only grew."""
+        self._seen.add(path)
+        cached = self._walks.get(path)
+        if cached is not None and cached[0] == stamp:
+            walk = cached[1]
+        else:
+            grew = (
+                cached is not None
+                and cached[0].inode == stamp.inode
+                and (cached[0].size <= stamp.size)
+            )
+            resume = cached[1] if grew and cached is not None else None
+            result = walk_segment(base, path, torn_tail_ok=True, resume=resume)
+            self.walks += 1
+            walk = result.walk
+            self._walks[path] = (FileStamp.of(result.stat), walk)
+        return walk if active else settled(walk)
+
+    def _first_unstable(self, directory: Path, txn: list[tuple[Path, FileStamp]]) -> int | None:
+        """First offset of the oldest open transaction, from the transactional segments only."""
+        key = tuple(txn)
+        cached = self._lso.get(directory)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        self.lso_walks += 1
+        scans = []
+        for path, _ in txn:
+            result = walk_segment(offset_from_name(path.name), path, torn_tail_ok=True)
+            scans.append((result.arr, result.batches, str(path)))
+        unstable = scan_producer_state(scans).first_unstable_offset
+        self._lso[directory] = (key, unstable)
+        return unstable

@@ -1,0 +1,210 @@
+"""The worker coroutines: each grabs the top-ranked log, leases map memory, cleans in a thread.
+
+``log.cleaner.threads`` workers share one dedupe budget and one throttler. A worker's engine call
+runs in a thread (``asyncio.to_thread``); it cannot be cancelled, so shutdown and pause work
+through ``abort_check``, which the cleaner asks before every chunk: the thread stops at the next
+batch boundary, leaves no ``.cleaned`` file, and the worker gives the lease back. A cancelled
+worker coroutine still waits for its thread before it lets go of the lease.
+
+A failure of one cleaning is the partition's (retried with backoff, then uncleanable); a crash of
+the worker coroutine itself is the worker's: it is counted, shown as dead, and restarted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from cleanerd.compaction.cleaner import CleaningAbortedError
+from cleanerd.compaction.throttle import Throttler
+from cleanerd.service.budget import DedupeBudget
+from cleanerd.service.clean_job import CleanerSlot, JobResult, run_clean
+from cleanerd.service.logging import get_logger
+from cleanerd.service.manager import CleanerManager, CleanOutcome, Grab
+from cleanerd.service.state import WorkerStatus
+
+log = get_logger("cleanerd.worker")
+
+RESTART_DELAY_S = 1.0
+"""Pause before a crashed worker coroutine is started again (a crash loop stays cheap)."""
+
+
+@dataclasses.dataclass
+class PoolSettings:
+    """What workers read on every cleaning, so a SIGHUP applies from the next one."""
+
+    threads: int
+    load_factor: float
+    backoff_s: float
+    retry_attempts: int
+    retry_backoff_ms: int
+    retry_backoff_max_ms: int
+
+
+class WorkerPool:
+    """Starts, supervises, resizes and stops the worker coroutines."""
+
+    def __init__(
+        self,
+        manager: CleanerManager,
+        budget: DedupeBudget,
+        throttler: Throttler,
+        settings: PoolSettings,
+        *,
+        clock_ms: Callable[[], int],
+        on_cleaned: Callable[[JobResult], None],
+    ) -> None:
+        self.manager = manager
+        self.budget = budget
+        self.throttler = throttler
+        self.settings = settings
+        self.clock_ms = clock_ms
+        self.on_cleaned = on_cleaned
+        self.stopping = False
+        self.restarts = 0
+        self.status: dict[int, WorkerStatus] = {}
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._work = asyncio.Event()
+        self.finished = asyncio.Event()  # set after each cleaning ends (the manager rescans)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+    def resize(self, threads: int) -> None:
+        """Start workers up to ``threads``; workers above it retire after their current log."""
+        self.settings.threads = threads
+        for wid in range(threads):
+            task = self._tasks.get(wid)
+            if task is None or task.done():
+                self.status[wid] = WorkerStatus(wid)
+                self._tasks[wid] = asyncio.create_task(self._supervise(wid), name=f"worker-{wid}")
+        self.wake()
+
+    def wake(self) -> None:
+        """New work may be there (a rescan, an admin request): idle workers try to grab."""
+        self._work.set()
+        self._work.clear()
+
+    @property
+    def alive(self) -> bool:
+        return all(w.alive for w in self.status.values())
+
+    async def stop(self, timeout_s: float) -> bool:
+        """Abort running cleanings and wait for the workers; False when some did not finish."""
+        self.stopping = True
+        for task in self._tasks.values():
+            task.cancel()
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        if not tasks:
+            return True
+        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+        return not pending
+
+    # --- one worker ---------------------------------------------------------------------------
+    async def _supervise(self, wid: int) -> None:
+        while not self.stopping and wid < self.settings.threads:
+            try:
+                await self._loop(wid)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("worker crashed; restarting it", worker=wid)
+                self.restarts += 1
+                self._set(wid, alive=False, partition=None)
+                await asyncio.sleep(RESTART_DELAY_S)
+                self._set(wid, alive=True)
+            else:
+                break
+        self.status.pop(wid, None)
+        self._tasks.pop(wid, None)
+
+    async def _loop(self, wid: int) -> None:
+        slot = CleanerSlot()
+        while not self.stopping and wid < self.settings.threads:
+            grab = self.manager.grab()
+            if grab is None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._work.wait(), self.settings.backoff_s)
+                continue
+            await self._clean(wid, slot, grab)
+
+    async def _clean(self, wid: int, slot: CleanerSlot, grab: Grab) -> None:
+        tp = grab.tp
+        bound = log.bind(partition=str(tp), worker=wid, run_id=uuid.uuid4().hex[:12])
+        self._set(wid, partition=str(tp), last_max_compaction_delay_ms=grab.max_compaction_delay_ms)
+        settings = self.settings
+        try:
+            async with self.budget.lease(grab.map_bytes) as granted:
+                if self.stopping or self.manager.should_abort(tp):
+                    raise CleaningAbortedError(str(tp))
+                job = asyncio.ensure_future(
+                    asyncio.to_thread(
+                        run_clean,
+                        grab.directory,
+                        grab.settings,
+                        slot,
+                        map_bytes=granted,
+                        load_factor=settings.load_factor,
+                        throttler=self.throttler,
+                        now_ms=self.clock_ms(),
+                        abort_check=lambda: self.stopping or self.manager.should_abort(tp),
+                    )
+                )
+                try:
+                    result = await asyncio.shield(job)
+                except asyncio.CancelledError:
+                    # shutdown: the abort check stops the thread at its next batch boundary
+                    with contextlib.suppress(BaseException):
+                        await job
+                    self.manager.aborted(tp)
+                    bound.info("cleaning aborted", reason="shutdown")
+                    raise
+        except CleaningAbortedError:
+            self.manager.aborted(tp)
+            bound.info("cleaning aborted", reason="stopping" if self.stopping else "paused")
+        except Exception as e:
+            message = f"{type(e).__name__}: {e}"
+            self.manager.failed(
+                tp,
+                message,
+                retry_attempts=settings.retry_attempts,
+                backoff_ms=settings.retry_backoff_ms,
+                backoff_max_ms=settings.retry_backoff_max_ms,
+            )
+            bound.error("cleaning failed", error=message, directory=str(grab.directory))
+        else:
+            self._done(wid, grab, result, bound)
+        finally:
+            self._set(wid, partition=None)
+            self.finished.set()
+
+    def _done(self, wid: int, grab: Grab, result: JobResult, bound: Any) -> None:
+        stats = result.stats
+        self.manager.done(grab.tp, CleanOutcome.from_job(result))
+        self._set(
+            wid,
+            last_buffer_utilization=stats.buffer_utilization,
+            last_bytes_read=stats.bytes_read,
+            last_bytes_written=stats.bytes_written,
+            last_clean_seconds=result.seconds,
+        )
+        self.on_cleaned(result)
+        fields = stats.summary(grab.tp, result.first_dirty_offset, result.end_offset)
+        fields["map_bytes"] = grab.map_bytes
+        if result.segments_deleted:
+            fields["retention_segments_deleted"] = result.segments_deleted
+        bound.info("log cleaned", **fields)
+        if stats.invalid_messages_read:
+            bound.warning("unkeyed records removed", count=stats.invalid_messages_read)
+        if stats.anomalous_version_headers:
+            bound.warning(
+                "version headers of the wrong length (treated as missing)",
+                count=stats.anomalous_version_headers,
+                header=grab.settings.strategy.header_name,
+            )
+
+    def _set(self, wid: int, **changes: Any) -> None:
+        current = self.status.get(wid, WorkerStatus(wid))
+        self.status[wid] = dataclasses.replace(current, **changes)

@@ -1,0 +1,131 @@
+"""``cleanerd config check|show`` through click, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from cleanerd.cli.config_cmd import config_group, config_options, load_from_options
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "config" / "cleanerd.toml"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(config_group, list(args), env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_check_example_is_ok() -> None:
+    code, out, err = run("check", "--config", str(EXAMPLE))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[0] == "config ok"
+
+
+def test_check_bad_file_exits_2_with_every_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'log.cleaner.threads = -1\nlog.cleaner.thread = 2\n[topics."o*"]\nsegment.ms = 0\n'
+    )
+    code, out, err = run("check", "--config", str(bad), env={"CLEANERD_LOG_LEVEL": "loud"})
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert f"error: log.cleaner.threads = -1 (file {bad}): must be at least 0" in lines
+    assert any(line.startswith("error: log.cleaner.thread = 2 (file") for line in lines)
+    assert f'error: topics."o*".segment.ms = 0 (file {bad}): must be at least 1' in lines
+    assert any(line.startswith("error: cleanerd.log.level = 'loud' (env") for line in lines)
+    assert len(lines) == 4
+
+
+def test_check_prints_notes(tmp_path: Path) -> None:
+    props = tmp_path / "server.properties"
+    props.write_text("broker.id=0\nlog.cleaner.threads=2\n")
+    code, out, _ = run("check", "--kafka-properties", str(props))
+    assert code == 0
+    assert "note: broker.id" in out
+
+
+def test_set_beats_everything_and_must_be_name_value(tmp_path: Path) -> None:
+    code, out, _ = run(
+        "show",
+        "--config",
+        str(EXAMPLE),
+        "--set",
+        "log.cleaner.threads=3",
+        "--format",
+        "json",
+        env={"CLEANERD_LOG_CLEANER_THREADS": "2"},
+    )
+    assert code == 0
+    doc = json.loads(out)
+    row = next(r for r in doc["settings"] if r["name"] == "log.cleaner.threads")
+    assert row == {"name": "log.cleaner.threads", "value": "3", "source": "command line"}
+    code, _, err = run("check", "--set", "log.cleaner.threads")
+    assert code == 2
+    assert "NAME=VALUE" in err
+
+
+def test_show_text_table_with_sources_and_topics() -> None:
+    code, out, _ = run("show", "--config", str(EXAMPLE), "--topic", "orders-1")
+    assert code == 0
+    assert "log.cleaner.threads" in out
+    assert "default" in out
+    assert "file " in out
+    assert 'topics."orders-*".compaction.strategy' in out
+    assert "topic orders-1" in out
+
+
+def test_show_json_resolves_topics() -> None:
+    code, out, _ = run("show", "--config", str(EXAMPLE), "--format", "json", "--topic", "users")
+    assert code == 0
+    doc = json.loads(out)
+    names = [r["name"] for r in doc["settings"]]
+    assert names[0] == "log.dirs"
+    assert 'topics."*".cleanup.policy' in names
+    users = {r["name"]: r for r in doc["topics"]["users"]}
+    assert users["cleanup.policy"]["value"] == "compact"
+    assert users["cleanup.policy"]["source"].startswith('[topics."*"]')
+    assert users["segment.ms"]["source"].startswith("log.roll.ms")
+
+
+def test_show_topic_with_conflicting_tables_exits_2(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(
+        '[topics."a*"]\nmin.compaction.lag.ms = 50\n[topics."*b"]\nmax.compaction.lag.ms = 5\n'
+    )
+    code, _, err = run("show", "--config", str(conf), "--topic", "ab")
+    assert code == 2
+    assert err.startswith("error: topic ab")
+
+
+def test_config_options_and_load_from_options_for_other_commands(tmp_path: Path) -> None:
+    @click.command()
+    @config_options
+    def fake(
+        config_file: Path | None, kafka_properties: Path | None, sets: tuple[str, ...]
+    ) -> None:
+        click.echo(load_from_options(config_file, kafka_properties, sets).config.threads)
+
+    result = CliRunner().invoke(fake, ["--config", str(EXAMPLE), "--set", "log.cleaner.threads=2"])
+    assert (result.exit_code, result.stdout) == (0, "2\n")
+    result = CliRunner().invoke(fake, ["--set", "log.cleaner.threads=-2"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: log.cleaner.threads = '-2' (command line)")
+
+
+def test_missing_config_file_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = run("check", "--config", str(tmp_path / "nope.toml"))
+    assert code == 2
+    assert "does not exist" in err
+
+
+@pytest.mark.parametrize("command", ["check", "show"])
+def test_help(command: str) -> None:
+    code, out, _ = run(command, "--help")
+    assert code == 0
+    assert "--kafka-properties" in out

@@ -1,0 +1,288 @@
+"""The daemon's metadata cache: same ``LogMeta`` as opening the log, without rescans."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cleanerd.compaction import log_meta
+from cleanerd.compaction.plan import LogMeta
+from cleanerd.format.records import Record
+from cleanerd.service import metadata
+from cleanerd.service.metadata import LogDirCheckpoints, MetadataCache, PartitionMeta
+from cleanerd.storage.checkpoints import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    write_offset_checkpoint,
+)
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.topic_partition import TopicPartition
+
+TP = TopicPartition("t", 0)
+T0 = 1_700_000_000_000
+PID, EPOCH = 7, 0
+
+
+def _records(n: int, ts: int, start: int = 0) -> list[Record]:
+    return [Record(0, ts, f"k{(start + i) % 5:04d}".encode(), b"v" * 20) for i in range(n)]
+
+
+def _log(log_dir: Path, segments: int = 3, per_segment: int = 4) -> PartitionLog:
+    """``segments`` rolled segments of ``per_segment`` one-record batches, then 2 in the active."""
+    log = PartitionLog.create(log_dir / TP.dir_name, LogConfig(), clock=lambda: T0)
+    for s in range(segments):
+        for i in range(per_segment):
+            log.append(_records(1, T0 + s * 1000 + i, s * per_segment + i))
+        log.roll()
+    log.append(_records(1, T0 + 10_000))
+    log.append(_records(1, T0 + 10_001))
+    return log
+
+
+def _read(cache: MetadataCache, log_dir: Path, tp: TopicPartition = TP) -> PartitionMeta:
+    cache.begin_scan()
+    meta = cache.read(log_dir / tp.dir_name, tp, cache.checkpoints(log_dir))
+    cache.end_scan()
+    return meta
+
+
+def _same_as_opening(meta: PartitionMeta, log: PartitionLog) -> None:
+    """What ``LogMeta.from_log`` says after opening the log, the active segment's largest
+    timestamp aside (ours is the newest batch's, the open segment's is kept in memory)."""
+    assert meta.log is not None
+    expected = LogMeta.from_log(log, meta.log.checkpoint)
+    assert meta.log.segments[:-1] == expected.segments[:-1]
+    ours, theirs = meta.log.active_segment, expected.active_segment
+    assert (ours.base_offset, ours.size_bytes, ours.next_offset) == (
+        theirs.base_offset,
+        theirs.size_bytes,
+        theirs.next_offset,
+    )
+    assert ours.first_batch_timestamp == theirs.first_batch_timestamp
+    assert meta.log.log_start_offset == expected.log_start_offset
+    assert meta.log.log_end_offset == expected.log_end_offset
+    assert meta.log.last_stable_offset == expected.last_stable_offset
+
+
+def test_second_scan_reuses_unchanged_segments(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    first = _read(cache, tmp_path)
+    assert first.error is None
+    assert cache.walks == 4
+    _same_as_opening(first, log)
+    assert first.segment_records == (4, 4, 4, 2)
+    second = _read(cache, tmp_path)
+    assert cache.walks == 4
+    assert second == first
+
+
+def test_no_header_walk_for_unchanged_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _log(tmp_path)
+    calls: list[Path] = []
+
+    def counting(base: int, path: Path, **kw: object) -> log_meta.WalkResult:
+        calls.append(path)
+        return log_meta.walk_segment(base, path, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(metadata, "walk_segment", counting)
+    cache = MetadataCache()
+    _read(cache, tmp_path)
+    assert len(calls) == 4
+    _read(cache, tmp_path)
+    assert len(calls) == 4
+
+
+def test_grown_active_segment_is_walked_from_where_it_stopped(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    _read(cache, tmp_path)
+    log.append(_records(3, T0 + 20_000))
+    meta = _read(cache, tmp_path)
+    assert cache.walks == 5  # the active segment only
+    _same_as_opening(meta, log)
+    assert meta.segment_records == (4, 4, 4, 5)
+    assert meta.log is not None
+    assert meta.log.active_segment.first_batch_timestamp == T0 + 10_000
+
+
+def test_rewritten_segment_is_walked_again(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    before = _read(cache, tmp_path)
+    # a swap puts a new file (new inode) where the first segment was: here, its first 2 batches
+    first = log.segments[0].log_path
+    data = first.read_bytes()
+    replacement = first.with_name(first.name + ".new")
+    second_batch_end = _batch_end(data, 2)
+    replacement.write_bytes(data[:second_batch_end])
+    os.replace(replacement, first)
+    after = _read(cache, tmp_path)
+    assert cache.walks == 5
+    assert after.segment_records[0] == 2
+    assert after.log is not None
+    assert after.log.segments[0].size_bytes == second_batch_end
+    assert after.fingerprint != before.fingerprint
+
+
+def _batch_end(data: bytes, batches: int) -> int:
+    pos = 0
+    for _ in range(batches):
+        pos += 12 + int.from_bytes(data[pos + 8 : pos + 12], "big")
+    return pos
+
+
+def test_appends_keep_the_fingerprint_a_roll_changes_it(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    before = _read(cache, tmp_path).fingerprint
+    log.append(_records(1, T0 + 30_000))
+    assert _read(cache, tmp_path).fingerprint == before
+    log.roll()
+    assert _read(cache, tmp_path).fingerprint != before
+
+
+def test_lso_is_the_high_watermark_without_transactions(tmp_path: Path) -> None:
+    _log(tmp_path)
+    cache = MetadataCache()
+    meta = _read(cache, tmp_path)
+    assert meta.log is not None
+    assert meta.log.last_stable_offset == meta.log.log_end_offset == 14
+    assert not meta.transactional
+    assert cache.lso_walks == 0
+    write_offset_checkpoint(tmp_path / REPLICATION_OFFSET_CHECKPOINT, {TP: 9})
+    meta = _read(cache, tmp_path)
+    assert meta.log is not None
+    assert meta.log.last_stable_offset == 9
+    assert cache.lso_walks == 0
+
+
+def test_lso_stops_at_an_open_transaction(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    open_at = log.append(
+        _records(2, T0 + 11_000), producer_id=PID, producer_epoch=EPOCH, transactional=True
+    ).first_offset
+    log.append(_records(1, T0 + 11_500))
+    cache = MetadataCache()
+    meta = _read(cache, tmp_path)
+    assert meta.transactional
+    assert meta.log is not None
+    assert meta.log.last_stable_offset == open_at
+    assert cache.lso_walks == 1
+    _same_as_opening(meta, log)
+    _read(cache, tmp_path)
+    assert cache.lso_walks == 1  # nothing changed: the cached LSO
+    log.append_marker(commit=True, producer_id=PID, producer_epoch=EPOCH, timestamp=T0 + 12_000)
+    meta = _read(cache, tmp_path)
+    assert meta.log is not None
+    assert meta.log.last_stable_offset == meta.log.log_end_offset
+    assert cache.lso_walks == 2
+    _same_as_opening(meta, log)
+
+
+def test_checkpoints_are_read_once_while_unchanged(tmp_path: Path) -> None:
+    _log(tmp_path)
+    write_offset_checkpoint(tmp_path / CLEANER_OFFSET_CHECKPOINT, {TP: 8})
+    write_offset_checkpoint(tmp_path / LOG_START_OFFSET_CHECKPOINT, {TP: 4})
+    cache = MetadataCache()
+    meta = _read(cache, tmp_path)
+    assert meta.log is not None
+    assert (meta.log.checkpoint, meta.log.log_start_offset) == (8, 4)
+    assert cache.checkpoint_reads == 2
+    _read(cache, tmp_path)
+    assert cache.checkpoint_reads == 2
+    write_offset_checkpoint(tmp_path / CLEANER_OFFSET_CHECKPOINT, {TP: 12})
+    meta = _read(cache, tmp_path)
+    assert meta.log is not None
+    assert meta.log.checkpoint == 12
+    assert cache.checkpoint_reads == 3
+
+
+def test_unreadable_checkpoint_is_an_error_not_an_exception(tmp_path: Path) -> None:
+    _log(tmp_path)
+    (tmp_path / CLEANER_OFFSET_CHECKPOINT).write_text("0\n1\nnot a line\n")
+    cache = MetadataCache()
+    checkpoints = cache.checkpoints(tmp_path)
+    assert checkpoints.error is not None
+    assert CLEANER_OFFSET_CHECKPOINT in checkpoints.error
+    meta = cache.read(tmp_path / TP.dir_name, TP, checkpoints)
+    assert meta.error == checkpoints.error
+    assert meta.log is None
+
+
+def test_corrupt_segment_is_an_error_for_its_partition_only(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    good_tp = TopicPartition("good", 0)
+    good = PartitionLog.create(tmp_path / good_tp.dir_name, LogConfig(), clock=lambda: T0)
+    good.append(_records(2, T0))
+    path = log.segments[1].log_path
+    data = bytearray(path.read_bytes())
+    data[_batch_end(bytes(data), 1) + 16] = 9  # the second batch's magic byte
+    path.write_bytes(bytes(data))
+    cache = MetadataCache()
+    bad = _read(cache, tmp_path)
+    assert bad.error is not None
+    assert bad.log is not None  # planned up to the bad batch, so its bytes still show
+    assert bad.log.segments[1].next_offset == 5
+    assert path.name in bad.error
+    assert "magic" in bad.error
+    ok = _read(cache, tmp_path, good_tp)
+    assert ok.error is None
+    assert ok.log is not None
+    assert ok.log.log_end_offset == 2
+
+
+def test_torn_tail_of_the_active_segment_is_a_note(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    active = log.active_segment.log_path
+    batch = active.read_bytes()[: _batch_end(active.read_bytes(), 1)]
+    with open(active, "ab") as f:  # a writer in the middle of an append: a header, no records
+        f.write(batch[:65])
+    meta = _read(MetadataCache(), tmp_path)
+    assert meta.error is None
+    assert meta.log is not None
+    assert meta.log.log_end_offset == 14
+    assert len(meta.notes) == 1
+
+
+def test_records_between_counts_the_dirty_segments(tmp_path: Path) -> None:
+    _log(tmp_path)
+    meta = _read(MetadataCache(), tmp_path)
+    assert meta.records_between(0, 12) == 12
+    assert meta.records_between(5, 12) == 8  # from the segment holding 5
+    assert meta.records_between(8, 8) == 0
+
+
+def test_not_walked_when_not_compacted(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    meta = cache.read(tmp_path / TP.dir_name, TP, LogDirCheckpoints(), walk=False)
+    assert cache.walks == 0
+    assert meta.log is None
+    assert meta.size_bytes == sum(s.size for s in log.segments)
+
+
+def test_missing_partition_dir_is_an_error(tmp_path: Path) -> None:
+    meta = MetadataCache().read(tmp_path / "gone-0", TopicPartition("gone", 0), LogDirCheckpoints())
+    assert meta.error is not None
+    assert "FileNotFoundError" in meta.error
+
+
+def test_torn_tail_left_in_a_rolled_segment_is_an_error(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    active = log.active_segment.log_path
+    cache = MetadataCache()
+    batch = active.read_bytes()[: _batch_end(active.read_bytes(), 1)]
+    with open(active, "ab") as f:
+        f.write(batch[:65])
+    assert _read(cache, tmp_path).error is None
+    log.segments[-1].log_path.with_name(f"{20:020d}.log").touch()  # another segment after it
+    meta = _read(cache, tmp_path)
+    assert meta.error is not None
+    assert active.name in meta.error

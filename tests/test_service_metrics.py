@@ -1,0 +1,228 @@
+"""The Prometheus exposition built from hand-made snapshots, read back with the client's parser.
+
+Checks names, units and Kafka's computations (reference section 5): maxima over the workers'
+last passes, the recopy ratio over their sums, delays in seconds, zeros without workers,
+uncleanable figures per log dir, and the per-partition switch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from cleanerd.service.metrics import METRICS_DOC, DaemonMetrics
+from cleanerd.service.state import (
+    CleaningState,
+    CleaningTotals,
+    DaemonSnapshot,
+    PartitionStatus,
+    WorkerStatus,
+)
+from cleanerd.storage.topic_partition import TopicPartition
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _status(topic: str, partition: int, log_dir: str = "/data/a", **kw: Any) -> PartitionStatus:
+    tp = TopicPartition(topic, partition)
+    kw.setdefault("compacted", True)
+    return PartitionStatus(tp=tp, log_dir=Path(log_dir), directory=Path(log_dir) / tp.dir_name,
+                           **kw)
+
+
+def _scrape(
+    snapshot: DaemonSnapshot, metrics: DaemonMetrics | None = None
+) -> tuple[Samples, set[str]]:
+    metrics = metrics or DaemonMetrics(lambda: snapshot)
+    body, content_type = metrics.render()
+    assert content_type.startswith("text/plain")
+    samples: Samples = {}
+    families = set()
+    for family in text_string_to_metric_families(body.decode()):
+        families.add(family.name)
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, families
+
+
+def _one(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def _busy_snapshot(*, per_partition: bool = True) -> DaemonSnapshot:
+    partitions = (
+        _status("orders", 0, dirty_ratio=0.75, compaction_delay_ms=2500, overdue=True,
+                state=CleaningState.IN_PROGRESS, cleanable_bytes=1000),
+        _status("orders", 1, dirty_ratio=0.25, state=CleaningState.PAUSED, paused_count=1),
+        _status("users", 0, "/data/b", uncleanable=True, cleanable_bytes=4096,
+                last_error="CorruptRecordError: bad crc"),
+        _status("users", 1, "/data/b", uncleanable=True, cleanable_bytes=100),
+        _status("logs", 0, "/data/b", compacted=False),
+    )
+    workers = (
+        WorkerStatus(0, last_buffer_utilization=0.5, last_bytes_read=1000,
+                     last_bytes_written=300, last_clean_seconds=2.5,
+                     last_max_compaction_delay_ms=7250, partition="orders-0"),
+        WorkerStatus(1, alive=False, last_buffer_utilization=0.875, last_bytes_read=3000,
+                     last_bytes_written=700, last_clean_seconds=1.25,
+                     last_max_compaction_delay_ms=1000),
+    )
+    totals = CleaningTotals(cleanings=7, failures=3, bytes_read=10_000, bytes_written=4_000,
+                            records_removed=55, tombstones_removed=5, markers_removed=2,
+                            unkeyed_records_removed=1, segments_rolled=4, segments_deleted=6,
+                            worker_restarts=1)
+    return DaemonSnapshot(
+        now_ms=1_700_000_010_000, partitions=partitions, workers=workers, totals=totals,
+        max_dirty_ratio=0.75, last_run_ms=1_700_000_007_500, logs_compacted_by_max_lag=2,
+        dedupe_budget_bytes=128 << 20, dedupe_budget_in_use_bytes=16 << 20,
+        throttle_sleep_seconds_total=1.5, last_success_ms=1_700_000_009_000,
+        per_partition_metrics=per_partition, ready=True,
+    )
+
+
+def test_kafka_gauges_follow_kafkas_computations() -> None:
+    samples, _ = _scrape(_busy_snapshot())
+    # max over workers (dead ones too, as Kafka iterates all its threads)
+    assert _one(samples, "cleanerd_max_buffer_utilization_ratio") == 0.875
+    # Σ written / Σ read over the last passes: 1000 / 4000
+    assert _one(samples, "cleanerd_cleaner_recopy_ratio") == 0.25
+    assert _one(samples, "cleanerd_max_clean_time_seconds") == 2.5
+    # max of the workers' last-grab delays, in seconds and not truncated
+    assert _one(samples, "cleanerd_max_compaction_delay_seconds") == 7.25
+    assert _one(samples, "cleanerd_num_logs_compacted_by_max_compaction_lag") == 2
+    assert _one(samples, "cleanerd_max_dirty_ratio") == 0.75
+    assert _one(samples, "cleanerd_time_since_last_run_seconds") == 2.5
+    assert _one(samples, "cleanerd_workers") == 2
+    assert _one(samples, "cleanerd_dead_workers") == 1
+
+
+def test_recopy_ratio_never_divides_by_zero() -> None:
+    snap = DaemonSnapshot(now_ms=0, partitions=(), workers=(WorkerStatus(0, last_bytes_written=0),))
+    samples, _ = _scrape(snap)
+    assert _one(samples, "cleanerd_cleaner_recopy_ratio") == 0.0
+
+
+def test_uncleanable_by_log_dir_with_their_cleanable_bytes() -> None:
+    samples, _ = _scrape(_busy_snapshot())
+    assert _one(samples, "cleanerd_uncleanable_partitions", log_dir="/data/b") == 2
+    assert _one(samples, "cleanerd_uncleanable_bytes", log_dir="/data/b") == 4196
+    # a log dir with no uncleanable partition still has its series, at zero
+    assert _one(samples, "cleanerd_uncleanable_partitions", log_dir="/data/a") == 0
+    assert _one(samples, "cleanerd_uncleanable_bytes", log_dir="/data/a") == 0
+
+
+def test_partitions_by_state_and_overdue() -> None:
+    samples, _ = _scrape(_busy_snapshot())
+    by_state = {state: _one(samples, "cleanerd_partitions", state=state)
+                for state in ("idle", "in_progress", "aborted", "paused", "uncleanable")}
+    assert by_state == {"idle": 1, "in_progress": 1, "aborted": 0, "paused": 1, "uncleanable": 2}
+    assert _one(samples, "cleanerd_overdue_partitions") == 1
+
+
+def test_per_partition_gauges_on() -> None:
+    samples, _ = _scrape(_busy_snapshot(per_partition=True))
+    assert _one(samples, "cleanerd_partition_dirty_ratio", topic="orders", partition="0") == 0.75
+    assert _one(samples, "cleanerd_partition_dirty_ratio", topic="orders", partition="1") == 0.25
+    assert _one(samples, "cleanerd_partition_compaction_delay_seconds", topic="orders",
+                partition="0") == 2.5
+    per_partition = {labels for name, labels in samples if name == "cleanerd_partition_dirty_ratio"}
+    # the delete-only log has no dirty ratio series
+    assert (("partition", "0"), ("topic", "logs")) not in per_partition
+    assert len(per_partition) == 4
+
+
+def test_per_partition_gauges_off() -> None:
+    samples, _ = _scrape(_busy_snapshot(per_partition=False))
+    names = {name for name, _ in samples}
+    assert "cleanerd_partition_dirty_ratio" not in names
+    assert "cleanerd_partition_compaction_delay_seconds" not in names
+    assert _one(samples, "cleanerd_max_dirty_ratio") == 0.75  # the rest is unaffected
+
+
+def test_counters_budget_and_timestamps() -> None:
+    samples, _ = _scrape(_busy_snapshot())
+    expected = {
+        "cleanerd_cleanings_total": 7, "cleanerd_failures_total": 3,
+        "cleanerd_bytes_read_total": 10_000, "cleanerd_bytes_written_total": 4_000,
+        "cleanerd_records_removed_total": 55, "cleanerd_tombstones_removed_total": 5,
+        "cleanerd_markers_removed_total": 2, "cleanerd_unkeyed_records_removed_total": 1,
+        "cleanerd_segments_rolled_total": 4, "cleanerd_segments_deleted_total": 6,
+        "cleanerd_worker_restarts_total": 1, "cleanerd_throttle_sleep_seconds_total": 1.5,
+        "cleanerd_dedupe_budget_bytes": 128 << 20,
+        "cleanerd_dedupe_budget_in_use_bytes": 16 << 20,
+        "cleanerd_last_success_timestamp_seconds": 1_700_000_009.0,
+    }
+    assert {name: _one(samples, name) for name in expected} == expected
+
+
+def test_zero_gauges_without_workers() -> None:
+    snap = DaemonSnapshot(now_ms=50_000, partitions=(_status("t", 0, dirty_ratio=0.9),),
+                          max_dirty_ratio=0.9, last_run_ms=10_000, logs_compacted_by_max_lag=3)
+    samples, _ = _scrape(snap)
+    for name in ("cleanerd_max_compaction_delay_seconds",
+                 "cleanerd_num_logs_compacted_by_max_compaction_lag",
+                 "cleanerd_max_buffer_utilization_ratio", "cleanerd_cleaner_recopy_ratio",
+                 "cleanerd_max_clean_time_seconds", "cleanerd_max_dirty_ratio",
+                 "cleanerd_time_since_last_run_seconds", "cleanerd_dead_workers",
+                 "cleanerd_last_success_timestamp_seconds"):
+        assert _one(samples, name) == 0, name
+
+
+def test_histogram_and_build_info() -> None:
+    metrics = DaemonMetrics(_busy_snapshot)
+    metrics.observe_clean(0.3)
+    metrics.observe_clean(42.0)
+    samples, _ = _scrape(_busy_snapshot(), metrics)
+    assert _one(samples, "cleanerd_clean_duration_seconds_count") == 2
+    assert _one(samples, "cleanerd_clean_duration_seconds_sum") == pytest.approx(42.3)
+    assert _one(samples, "cleanerd_clean_duration_seconds_bucket", le="0.5") == 1
+    assert _one(samples, "cleanerd_clean_duration_seconds_bucket", le="60.0") == 2
+    info = [labels for name, labels in samples if name == "cleanerd_build_info"]
+    assert len(info) == 1
+    assert dict(info[0])["version"] == "0.1.0"
+    assert not any(name.endswith("_created") for name, _ in samples)
+
+
+def test_scrape_reads_a_fresh_snapshot_each_time() -> None:
+    current = {"snap": DaemonSnapshot(now_ms=0, partitions=())}
+    metrics = DaemonMetrics(lambda: current["snap"])
+    first, _ = _scrape(current["snap"], metrics)
+    current["snap"] = _busy_snapshot()
+    second, _ = _scrape(current["snap"], metrics)
+    assert _one(first, "cleanerd_cleanings_total") == 0
+    assert _one(second, "cleanerd_cleanings_total") == 7
+
+
+def test_metrics_doc_matches_the_exposition() -> None:
+    """The README table is generated from METRICS_DOC: it must name exactly what is exposed."""
+    metrics = DaemonMetrics(_busy_snapshot)
+    metrics.observe_clean(1.0)
+    _, families = _scrape(_busy_snapshot(), metrics)
+    documented = set()
+    for doc in METRICS_DOC:
+        assert doc.name.startswith("cleanerd_")
+        assert doc.type in {"gauge", "counter", "histogram", "info"}
+        assert doc.help.strip()
+        # the parser names counter families without _total (an Info is a plain gauge in text)
+        suffix = "_total" if doc.type == "counter" else ""
+        assert doc.name.endswith(suffix)
+        documented.add(doc.name.removesuffix(suffix) if suffix else doc.name)
+    assert len(documented) == len(METRICS_DOC)
+    assert documented == families
+    for required in ("cleanerd_max_compaction_delay_seconds",
+                     "cleanerd_num_logs_compacted_by_max_compaction_lag",
+                     "cleanerd_max_buffer_utilization_ratio", "cleanerd_cleaner_recopy_ratio",
+                     "cleanerd_max_clean_time_seconds", "cleanerd_max_dirty_ratio",
+                     "cleanerd_time_since_last_run_seconds", "cleanerd_dead_workers",
+                     "cleanerd_uncleanable_partitions", "cleanerd_uncleanable_bytes",
+                     "cleanerd_cleanings_total", "cleanerd_clean_duration_seconds",
+                     "cleanerd_bytes_read_total", "cleanerd_bytes_written_total",
+                     "cleanerd_records_removed_total", "cleanerd_tombstones_removed_total",
+                     "cleanerd_dedupe_budget_bytes", "cleanerd_dedupe_budget_in_use_bytes",
+                     "cleanerd_throttle_sleep_seconds_total",
+                     "cleanerd_last_success_timestamp_seconds", "cleanerd_partition_dirty_ratio",
+                     "cleanerd_partition_compaction_delay_seconds", "cleanerd_build_info"):
+        assert required in {d.name for d in METRICS_DOC}, required
