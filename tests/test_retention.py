@@ -207,7 +207,8 @@ def test_deleted_leftovers_of_a_crash_are_removed_on_open(
         delete_old_segments(log, RetentionConfig(retention_ms=5_000), now_ms=8_500)
     monkeypatch.undo()
     leftovers = sorted(p.name for p in log.directory.glob(f"*{DELETED_SUFFIX}"))
-    assert leftovers and all(name.startswith("00000000000000000000.") for name in leftovers)
+    assert leftovers
+    assert all(name.startswith("00000000000000000000.") for name in leftovers)
 
     reopened = PartitionLog(log.directory)
     assert reopened.report.recovery.deleted == leftovers

@@ -94,7 +94,7 @@ def assert_consistent(directory: Path) -> None:
     assert report.ok, [p.message for p in report.problems]
 
 
-# --- the lock ------------------------------------------------------------------------------------
+# --- the lock -----------------------------------------------------------------------------------
 def test_lock_excludes_another_process_and_adds_no_file(tmp_path: Path) -> None:
     directory = partition_dir(tmp_path)
     lock = PartitionWriterLock(directory)
@@ -178,7 +178,7 @@ def test_a_failing_acquire_hook_leaves_the_lock_free(tmp_path: Path) -> None:
     assert run_python(PROBE, directory) == "free"
 
 
-# --- idle roll -----------------------------------------------------------------------------------
+# --- idle roll ----------------------------------------------------------------------------------
 def test_roll_if_idle_rolls_only_a_non_empty_segment_older_than_the_lag(tmp_path: Path) -> None:
     log = PartitionLog.create(tmp_path / "t-0")
     assert not log.roll_if_idle(now_ms=10**12, max_lag_ms=1)  # empty
@@ -200,7 +200,7 @@ def test_roll_if_idle_without_timestamps_uses_the_segments_age(tmp_path: Path) -
     assert log.roll_if_idle(now_ms=now[0] + 1_001, max_lag_ms=1_000)
 
 
-# --- another process changed the dir ---------------------------------------------------------------
+# --- another process changed the dir ------------------------------------------------------------
 def test_writer_appends_to_the_segment_another_process_rolled(tmp_path: Path) -> None:
     directory = partition_dir(tmp_path)
     # a small index interval: the last batches lie past the last time-index entry

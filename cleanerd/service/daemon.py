@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -82,7 +83,8 @@ class Daemon:
             clock_ms=clock_ms,
         )
         self.budget = DedupeBudget(c.dedupe_buffer_size)
-        self.throttler = Throttler(c.io_max_bytes_per_second)
+        self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
+        self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort)
         self.metrics = DaemonMetrics(self.snapshot)
         self.maintenance = Maintenance(self.manager, clock_ms)
         self.pool: WorkerPool | None = None
@@ -169,6 +171,7 @@ class Daemon:
     async def _shutdown(self) -> None:
         self.stopping = True
         self.ready = False
+        self._abort.set()
         self.notifier.stopping()
         timeout = self.loaded.config.shutdown_timeout_ms / 1000
         if self._manager_task is not None:
