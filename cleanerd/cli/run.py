@@ -116,8 +116,8 @@ def status(
 
 
 def _action(name: str) -> click.Command:
-    @click.argument("partition", type=click.IntRange(min=0))
     @click.argument("topic")
+    @click.argument("partition", type=click.IntRange(min=0))
     @_ctl_options
     def command(
         config_file: Path | None,

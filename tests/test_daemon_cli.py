@@ -1,0 +1,145 @@
+"""``cleanerd run`` refusals, ``cleanerd ctl`` against a live daemon, ``cleanerd demo``, and the
+README's metrics table kept in step with what the daemon exports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
+
+from cleanerd.service.metrics import METRICS_DOC
+from cleanerd.storage.logdir import LogDir
+
+
+def _cleanerd(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "cleanerd", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+
+
+def test_readme_documents_every_metric_with_its_kafka_name() -> None:
+    readme = (REPO / "README.md").read_text()
+    table = readme.split("<!-- metrics-table")[1].split("<!-- end metrics-table")[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[0].startswith("`cleanerd_"):
+            rows[cells[0].strip("`")] = cells[3].strip("`")
+    assert rows == {m.name: m.kafka for m in METRICS_DOC}
+    required = """max_compaction_delay_seconds num_logs_compacted_by_max_compaction_lag
+        max_buffer_utilization_ratio cleaner_recopy_ratio max_clean_time_seconds max_dirty_ratio
+        time_since_last_run_seconds dead_workers uncleanable_partitions uncleanable_bytes
+        cleanings_total clean_duration_seconds bytes_read_total bytes_written_total
+        records_removed_total tombstones_removed_total dedupe_budget_bytes
+        dedupe_budget_in_use_bytes throttle_sleep_seconds_total last_success_timestamp_seconds
+        partition_dirty_ratio partition_compaction_delay_seconds"""
+    assert {f"cleanerd_{n}" for n in required.split()} <= set(rows)
+
+
+def test_run_refuses_a_missing_log_dir(tmp_path: Path) -> None:
+    missing = tmp_path / "nope"
+    result = _cleanerd("run", "--set", f"log.dirs={missing}", "--set", "cleanerd.http.listen=off")
+    assert result.returncode == 1
+    assert f"log dir {missing} does not exist (log.dirs from command line)" in result.stderr
+
+
+def test_run_refuses_an_invalid_config_with_one_line_per_problem(tmp_path: Path) -> None:
+    result = _cleanerd(
+        "run",
+        "--set",
+        "log.cleaner.threads=-1",
+        "--set",
+        "log.cleaner.min.compaction.lag.ms=10",
+        "--set",
+        "log.cleaner.max.compaction.lag.ms=5",
+    )
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 2, result.stderr
+    assert any("log.cleaner.threads = '-1' (command line)" in e for e in errors)
+    assert any("min.compaction.lag.ms" in e and "max.compaction.lag.ms" in e for e in errors)
+
+
+def test_run_refuses_a_log_dir_another_process_holds(tmp_path: Path) -> None:
+    with LogDir(tmp_path).locked():
+        result = _cleanerd(
+            "run", "--set", f"log.dirs={tmp_path}", "--set", "cleanerd.http.listen=off"
+        )
+    assert result.returncode == 1
+    assert str(os.getpid()) in result.stderr and ".lock" in result.stderr
+
+
+def test_ctl_pauses_resumes_and_requests_a_clean(tmp_path: Path) -> None:
+    logdir = tmp_path / "logs"
+    gen = _cleanerd("gen", str(logdir), "--records", "3000")
+    assert gen.returncode == 0, gen.stderr
+    config = write_config(
+        tmp_path,
+        {
+            "log.dirs": str(logdir),
+            "log.cleanup.policy": "compact",
+            "log.cleaner.backoff.ms": 200,
+            "log.cleaner.min.cleanable.ratio": 1.0,  # nothing is dirty enough by itself
+        },
+    )
+    with DaemonProcess(config, tmp_path) as d:
+        url = ("--url", d.base_url)
+        paused = _cleanerd("ctl", "pause", "demo", "0", *url)
+        assert paused.returncode == 0, paused.stderr
+        assert json.loads(paused.stdout) == {"partition": "demo-0", "state": "paused"}
+        clean = _cleanerd("ctl", "clean", "demo", "0", *url)
+        assert json.loads(clean.stdout)["state"] == "paused"  # a paused log is not cleaned
+        resumed = _cleanerd("ctl", "resume", "demo", "0", *url)
+        assert json.loads(resumed.stdout)["state"] == "idle"
+        # the clean request is still pending: it runs now, below the ratio
+        poll_until(
+            lambda: d.status()["partitions"][0]["cleanings"] >= 1 or None,
+            timeout=30,
+            what="the requested clean",
+        )
+        status = _cleanerd("ctl", "status", *url)
+        assert json.loads(status.stdout)["partitions"][0]["cleanings"] >= 1
+        unknown = _cleanerd("ctl", "pause", "nosuch", "3", *url)
+        assert unknown.returncode == 1 and "HTTP 404" in unknown.stderr
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
+    down = _cleanerd("ctl", "status", "--url", f"http://127.0.0.1:{free_port()}")
+    assert down.returncode == 1 and "is cleanerd running?" in down.stderr
+
+
+def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    port = free_port()
+    result = _cleanerd(
+        "demo", str(directory), "--duration", "4", "--listen", f"127.0.0.1:{port}", timeout=180
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    checked = re.findall(r"^(\S+-\d+): \d+ records, \d+ keys: (.*)$", result.stdout, re.M)
+    assert {tp for tp, _ in checked} == {
+        "orders-0", "orders-1", "users-0", "users-1", "sessions-0"
+    }
+    assert all(verdict == "survivors match the writer's model" for _, verdict in checked)
+    assert f"http://127.0.0.1:{port}/metrics" in result.stdout
+    assert (directory / "cleanerd-demo.toml").is_file()
+    lines = [json.loads(x) for x in (directory / "cleanerd-demo.log").read_text().splitlines()]
+    assert all(line["level"] in ("warning", "error") for line in lines)  # demo logs warnings only
+    # a second run wipes the demo dir it made, but never a dir it did not make
+    other = tmp_path / "mine"
+    other.mkdir()
+    (other / "keep.txt").write_text("x")
+    refused = _cleanerd("demo", str(other), "--duration", "1")
+    assert refused.returncode == 2 and "is not a demo dir" in refused.stderr
+    assert (other / "keep.txt").exists()
