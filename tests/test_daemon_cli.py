@@ -79,7 +79,8 @@ def test_run_refuses_a_log_dir_another_process_holds(tmp_path: Path) -> None:
             "run", "--set", f"log.dirs={tmp_path}", "--set", "cleanerd.http.listen=off"
         )
     assert result.returncode == 1
-    assert str(os.getpid()) in result.stderr and ".lock" in result.stderr
+    assert str(os.getpid()) in result.stderr
+    assert ".lock" in result.stderr
 
 
 def test_ctl_pauses_resumes_and_requests_a_clean(tmp_path: Path) -> None:
@@ -113,11 +114,13 @@ def test_ctl_pauses_resumes_and_requests_a_clean(tmp_path: Path) -> None:
         status = _cleanerd("ctl", "status", *url)
         assert json.loads(status.stdout)["partitions"][0]["cleanings"] >= 1
         unknown = _cleanerd("ctl", "pause", "nosuch", "3", *url)
-        assert unknown.returncode == 1 and "HTTP 404" in unknown.stderr
+        assert unknown.returncode == 1
+        assert "HTTP 404" in unknown.stderr
         d.signal(signal.SIGTERM)
         assert d.wait(timeout=30) == 0
     down = _cleanerd("ctl", "status", "--url", f"http://127.0.0.1:{free_port()}")
-    assert down.returncode == 1 and "is cleanerd running?" in down.stderr
+    assert down.returncode == 1
+    assert "is cleanerd running?" in down.stderr
 
 
 def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None:
@@ -128,9 +131,7 @@ def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None
     )
     assert result.returncode == 0, result.stdout + result.stderr
     checked = re.findall(r"^(\S+-\d+): \d+ records, \d+ keys: (.*)$", result.stdout, re.M)
-    assert {tp for tp, _ in checked} == {
-        "orders-0", "orders-1", "users-0", "users-1", "sessions-0"
-    }
+    assert {tp for tp, _ in checked} == {"orders-0", "orders-1", "users-0", "users-1", "sessions-0"}
     assert all(verdict == "survivors match the writer's model" for _, verdict in checked)
     assert f"http://127.0.0.1:{port}/metrics" in result.stdout
     assert (directory / "cleanerd-demo.toml").is_file()
@@ -141,5 +142,6 @@ def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None
     other.mkdir()
     (other / "keep.txt").write_text("x")
     refused = _cleanerd("demo", str(other), "--duration", "1")
-    assert refused.returncode == 2 and "is not a demo dir" in refused.stderr
+    assert refused.returncode == 2
+    assert "is not a demo dir" in refused.stderr
     assert (other / "keep.txt").exists()
