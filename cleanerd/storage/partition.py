@@ -3,9 +3,8 @@
 The writer contract (DESIGN.md): writers only append to the active segment (highest base offset)
 and roll by starting a new one, under ``writer_lock``; the cleaner never touches the active
 segment and replaces older ones only by the atomic renames of ``swap.replace_segments``.
-``writer_lock`` also excludes other processes; on taking it the segment list is brought up to
-date with what they did meanwhile (``segment_list``), on letting go our index entries are
-written out so they see them.
+``writer_lock`` also excludes other processes: taking it brings the segment list up to date
+with what they did (``segment_list``); letting go writes our buffered index entries out.
 """
 
 from __future__ import annotations
@@ -361,16 +360,8 @@ class PartitionLog:
     def should_roll(self, size: int, max_timestamp: int, last_offset: int) -> bool:
         """Kafka's shouldRoll for an append of ``size`` bytes."""
         seg = self.active_segment
-        jitter, now = self._jitter_ms(seg.base_offset), self.clock()
-        return should_roll(
-            seg,
-            self.config,
-            jitter=jitter,
-            size=size,
-            max_timestamp=max_timestamp,
-            last_offset=last_offset,
-            now_ms=now,
-        )
+        jitter = self._jitter_ms(seg.base_offset)
+        return should_roll(seg, self.config, jitter, size, max_timestamp, last_offset, self.clock())
 
     def _maybe_roll(self, size: int, max_timestamp: int, first: int, last: int) -> None:
         seg = self.active_segment

@@ -25,7 +25,6 @@ def jitter_ms(config: LogConfig, dir_name: str, base_offset: int) -> int:
 def should_roll(
     seg: LogSegment,
     config: LogConfig,
-    *,
     jitter: int,
     size: int,
     max_timestamp: int,

@@ -147,13 +147,19 @@ class LiveWriter:
 
         Paced against the start time, not batch to batch, so a slow append is caught up on
         instead of lowering the rate. An append error ends the loop and is kept in ``error``.
+        The duration counts only after one batch went to every partition, so even a short run
+        on a slow start (numba loading its kernels) writes to all of them.
         """
         started = time.monotonic()
         deadline = None if duration_s is None else started + duration_s
         written = 0
         while not stop.is_set():
             now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if (
+                deadline is not None
+                and now >= deadline
+                and self.batches_written >= len(self.partitions)
+            ):
                 return
             if self.rate is not None:
                 due = started + written / self.rate

@@ -1,0 +1,221 @@
+"""Helpers of ``bench/daemon.py``: the data sets and a ``cleanerd run`` subprocess to drive.
+
+``Daemon`` starts ``python -m cleanerd run`` with JSON logs on stderr (read by a thread, each line
+stamped with its arrival time), ``NOTIFY_SOCKET`` pointing at a datagram socket of ours (READY is
+the daemon's own ``READY=1``) and the HTTP port 0 (the port is read from the "cleanerd ready"
+line). CPU time and RSS come from ``/proc/<pid>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, write_offset_checkpoint
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.workload import WorkloadSpec, generate
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE_VERSION = 1  # bump when the template layout changes, so old caches are not reused
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def log(msg: str) -> None:
+    print(f"[daemon] {msg}", file=sys.stderr, flush=True)
+
+
+def filesystem_of(path: Path) -> str:
+    """The file system type of the mount holding ``path`` (``tmpfs``, ``ext4``, ...)."""
+    best, fstype = "", "unknown"
+    real = str(path.resolve())
+    with open("/proc/mounts") as f:
+        for line in f:
+            parts = line.split()
+            mount = parts[1]
+            inside = real == mount or real.startswith(mount.rstrip("/") + "/")
+            if inside and len(mount) > len(best):
+                best, fstype = mount, parts[2]
+    return fstype
+
+
+# --- data ----------------------------------------------------------------------------------------
+
+
+def write_rolled(log_dir: Path, spec: WorkloadSpec) -> list[Path]:
+    """Generate ``spec`` into ``log_dir`` and roll every partition: all its data is cleanable."""
+    result = generate(log_dir, spec)
+    dirs = []
+    for p in result.partitions:
+        directory = log_dir / p.directory
+        plog = PartitionLog(directory, spec.log_config())
+        plog.roll()
+        plog.close()
+        dirs.append(directory)
+    (log_dir / ".lock").unlink(missing_ok=True)
+    return dirs
+
+
+def cached_template(out: Path, name: str, spec: WorkloadSpec) -> Path:
+    """A log dir of ``spec`` (rolled), built once in ``out`` and reused."""
+    root = out / f"daemon-t{TEMPLATE_VERSION}-{name}"
+    if (root / "done").exists():
+        return root / "logs"
+    if root.exists():
+        shutil.rmtree(root)
+    log(f"building {root.name} ({spec.partitions} x {spec.records:,} records)")
+    t0 = time.perf_counter()
+    write_rolled(root / "logs", spec)
+    (root / "done").write_text(f"{time.perf_counter() - t0:.1f} s\n")
+    return root / "logs"
+
+
+def fill_log_dir(log_dir: Path, template: Path, topic: str, n: int) -> dict[TopicPartition, int]:
+    """``n`` copies of the partition dir ``template`` as ``topic-0`` .. ``topic-{n-1}``; returns
+    each partition's log end offset (for a cleaner checkpoint that says "all clean")."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    leo = max(offset_of(p) for p in template.glob("*.log"))
+    for i in range(n):
+        shutil.copytree(template, log_dir / f"{topic}-{i}")
+    return {TopicPartition(topic, i): leo for i in range(n)}
+
+
+def offset_of(log_file: Path) -> int:
+    return int(log_file.name.split(".")[0])
+
+
+def mark_clean(log_dir: Path, ends: dict[TopicPartition, int]) -> None:
+    write_offset_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT, ends)
+
+
+# --- the daemon process --------------------------------------------------------------------------
+
+
+class Daemon:
+    """One ``cleanerd run`` subprocess; use as a context manager (it is stopped on exit)."""
+
+    def __init__(self, work: Path, log_dir: Path, settings: dict[str, object]) -> None:
+        self.work = work
+        self.config = work / "cleanerd.toml"
+        lines = [f"log.dirs = [{json.dumps(str(log_dir))}]"]
+        lines += [f'"{k}" = {json.dumps(v)}' for k, v in settings.items()]
+        self.config.write_text("\n".join(lines) + "\n")
+        self.lines: list[tuple[float, dict[str, Any]]] = []
+        self.other: list[str] = []
+        self.changed = threading.Condition()
+        self.port: int | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+
+    def __enter__(self) -> Daemon:
+        path = self.work / "notify.sock"
+        path.unlink(missing_ok=True)
+        self.notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.notify.bind(str(path))
+        env = {**os.environ, "NOTIFY_SOCKET": str(path), "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, "-m", "cleanerd", "run", "--config", str(self.config)]
+        cmd += ["--set", "cleanerd.http.listen=127.0.0.1:0", "--set", "cleanerd.log.format=json"]
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self.notify.close()
+
+    def _read(self) -> None:
+        assert self.proc is not None
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            now = time.monotonic()
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                self.other.append(raw.decode(errors="replace").rstrip())
+                continue
+            with self.changed:
+                if entry.get("event") == "cleanerd ready" and entry.get("http"):
+                    self.port = int(entry["http"].rsplit(":", 1)[1])
+                self.lines.append((now, entry))
+                self.changed.notify_all()
+
+    def wait_ready(self, timeout: float = 600.0) -> float:
+        """Seconds from the spawn to the daemon's ``READY=1``."""
+        self.notify.settimeout(0.2)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data = self.notify.recv(65536)
+            except TimeoutError:
+                self._check_alive()
+                continue
+            if b"READY=1" in data.split(b"\n"):
+                return time.monotonic() - self.started
+        raise TimeoutError(f"no READY=1 within {timeout} s")
+
+    def _check_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            tail = "\n".join(self.other[-20:] + [json.dumps(e) for _, e in self.lines[-5:]])
+            raise RuntimeError(f"cleanerd exited with {self.proc.returncode}:\n{tail}")
+
+    def wait_cleaned(self, prefix: str, count: int, timeout: float = 1200.0) -> list[Any]:
+        """Wait for ``count`` "log cleaned" lines of partitions named ``prefix``-N; returns
+        them as (arrival time, entry) pairs."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                found = [
+                    (t, e)
+                    for t, e in self.lines
+                    if e.get("event") == "log cleaned" and e["partition"].startswith(prefix + "-")
+                ]
+                if len(found) >= count:
+                    return found
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{len(found)}/{count} {prefix} partitions cleaned")
+                self.changed.wait(0.2)
+                self._check_alive()
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=60) as r:
+            return json.loads(r.read())
+
+    def stat(self) -> dict[str, float]:
+        """CPU seconds (user + system, all threads) and resident MiB of the daemon now."""
+        assert self.proc is not None
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+        return {
+            "cpu_s": (int(fields[11]) + int(fields[12])) / TICK,
+            "rss_mib": rss / 1024,
+            "threads": int(fields[17]),
+        }
+
+    def stop(self, timeout: float = 60.0) -> tuple[int | None, float]:
+        """SIGTERM and wait; returns (exit code, seconds to exit)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return (None if self.proc is None else self.proc.returncode), 0.0
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        return code, time.monotonic() - t0

@@ -1,0 +1,368 @@
+"""Daemon benchmark: ``cleanerd run`` start-up, the manager's ranking, idle CPU, and aggregate
+compaction throughput with 1 and 2 workers (issue 4, "Speed").
+
+Run ``.venv/bin/python bench/daemon.py [--quick] [--only startup,ranking,idle,throughput]``.
+
+Data lives in ``--shm`` (default ``/dev/shm``, tmpfs) so the disk does not dominate; the JSON
+names the file system. Two log dirs of one topic each: ``--partitions`` copies of a partition of
+``--partition-records`` records in 256 KiB segments, and ``--small-partitions`` copies of one of
+``--small-records`` records; every partition is rolled (all its data inactive) and the log dir's
+``cleaner-offset-checkpoint`` says each is clean up to its end, so nothing needs cleaning.
+
+- startup: spawn ``python -m cleanerd run`` (``log.cleaner.threads=0``) and wait for its
+  ``READY=1`` on our ``NOTIFY_SOCKET``; best of ``--repeat``, also on an empty log dir.
+- ranking: in-process ``CleanerManager``: ``scan()`` cold (new manager) and warm, ``apply()``
+  and ``grab()`` with every partition dirty (checkpoint moved away), and one idle cycle
+  (checkpoint back: nothing to grab). Best of ``--repeat``.
+- idle: one worker, nothing to clean; daemon CPU seconds (utime + stime of all its threads) per
+  wall second over a whole number of ``log.cleaner.backoff.ms`` cycles (at least
+  ``--idle-seconds``), for each backoff of ``--idle-backoffs``.
+- throughput: ``--tp-partitions`` partitions of ``--records`` records (10k keys, 100-byte values,
+  one rolled segment each), cached in ``--out``. Per run a fresh daemon (backoff 100 ms, ratio
+  0.01) first cleans two small warm-up partitions (kernels loaded, maps allocated), then the big
+  ones are renamed into its log dir. ``window`` is the first job's start to the last job's end
+  (from ``/status``: end wall clock and job seconds, open + plan + clean); ``discovery_to_done``
+  is our rename to the last "log cleaned" line. Best of ``--repeat`` per worker count.
+
+Prints one JSON document on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "bench"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+from _daemon_support import (  # noqa: E402
+    Daemon,
+    cached_template,
+    filesystem_of,
+    fill_log_dir,
+    log,
+    mark_clean,
+    write_rolled,
+)
+from _facts import machine, source_version  # noqa: E402
+
+from cleanerd.config import CleanerdConfig  # noqa: E402
+from cleanerd.service.manager import CleanerManager  # noqa: E402
+from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT  # noqa: E402
+from cleanerd.workload import WorkloadSpec  # noqa: E402
+
+KEYS = 10_000
+SPEEDUP_TARGET = 1.7  # 2 workers vs 1 (the issue)
+ALL = ("startup", "ranking", "idle", "throughput")
+
+
+def best(values: list[float]) -> float:
+    return round(min(values), 4)
+
+
+# --- startup, ranking, idle on the partition-count log dirs ----------------------------------
+
+
+def build_count_dir(work: Path, name: str, n: int, records: int) -> tuple[Path, dict[Any, int]]:
+    spec = WorkloadSpec(topic="t", records=records, keys=min(KEYS, records), seed=1)
+    template = write_rolled(work / f"tpl-{name}", spec)[0]
+    t0 = time.perf_counter()
+    log_dir = work / name
+    ends = fill_log_dir(log_dir, template, "t", n)
+    mark_clean(log_dir, ends)
+    size = sum(f.stat().st_size for f in template.glob("*.log"))
+    segs = len(list(template.glob("*.log")))
+    log(
+        f"{name}: {n} partitions x {records} records ({size * n / 1e6:.0f} MB, {segs} segments "
+        f"each) in {time.perf_counter() - t0:.1f} s"
+    )
+    return log_dir, {
+        "partitions": n,
+        "records_each": records,
+        "log_bytes_each": size,
+        "segments_each": segs,
+        "log_bytes_total": size * n,
+    }
+
+
+def startup(work: Path, log_dir: Path, repeat: int) -> dict[str, Any]:
+    runs, stops = [], []
+    for _ in range(repeat):
+        with Daemon(work, log_dir, {"log.cleaner.threads": 0}) as d:
+            ready = d.wait_ready()
+            st = d.stat()
+            code, stop_s = d.stop()
+        runs.append(ready)
+        stops.append(stop_s)
+        if code != 0:
+            raise RuntimeError(f"daemon exit code {code}")
+    log(f"startup {log_dir.name}: READY after {min(runs):.2f} s (best of {repeat})")
+    return {
+        "ready_seconds": best(runs),
+        "ready_seconds_runs": [round(x, 3) for x in runs],
+        "rss_mib_at_ready": round(st["rss_mib"], 1),
+        "threads_at_ready": st["threads"],
+        "stop_seconds": best(stops),
+    }
+
+
+def ranking(log_dir: Path, repeat: int, grabs: int = 10) -> dict[str, Any]:
+    cfg = CleanerdConfig(log_dirs=(log_dir,), topic_defaults={"cleanup.policy": "compact"})
+    ckpt = log_dir / CLEANER_OFFSET_CHECKPOINT
+    hidden = log_dir / "hidden-checkpoint"
+    t: dict[str, list[float]] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        t.setdefault(name, []).append(time.perf_counter() - t0)
+        return out
+
+    walks = 0
+    for _ in range(repeat):
+        ckpt.rename(hidden)  # every partition dirty: all are candidates
+        gc.collect()
+        m = CleanerManager([log_dir], cfg.topic_settings)
+        survey = timed("scan_cold", m.scan)
+        timed("apply_first", lambda m=m, s=survey: m.apply(s))
+        walks = m.metadata.walks
+        survey = timed("scan_warm", m.scan)
+        timed("apply_warm", lambda m=m, s=survey: m.apply(s))
+        first = timed("grab_first", m.grab)
+        assert first is not None, "nothing to grab with every partition dirty"
+        t0 = time.perf_counter()
+        for _ in range(grabs):
+            m.grab()
+        t.setdefault("grab_next_mean", []).append((time.perf_counter() - t0) / grabs)
+        hidden.rename(ckpt)  # all clean again: the idle cycle
+        m = CleanerManager([log_dir], cfg.topic_settings)
+        m.apply(m.scan())
+        survey = timed("idle_scan", m.scan)
+        timed("idle_apply", lambda m=m, s=survey: m.apply(s))
+        assert timed("idle_grab", m.grab) is None
+    out: dict[str, Any] = {name: best(v) for name, v in t.items()}
+    out["dirty_cycle_seconds"] = round(out["scan_warm"] + out["apply_warm"] + out["grab_first"], 4)
+    out["idle_cycle_seconds"] = round(out["idle_scan"] + out["idle_apply"] + out["idle_grab"], 4)
+    out["segment_walks_cold"] = walks
+    out["runs"] = {name: [round(x, 4) for x in v] for name, v in t.items()}
+    log(
+        f"ranking {log_dir.name}: scan cold {out['scan_cold']:.3f} s, warm "
+        f"{out['scan_warm']:.3f} s, grab {out['grab_first'] * 1e3:.1f} ms"
+    )
+    return out
+
+
+def idle(work: Path, log_dir: Path, backoff_s: float, seconds: float) -> dict[str, Any]:
+    cycles = max(1, round(seconds / backoff_s + 0.499))
+    window = cycles * backoff_s
+    settle = min(2.0, backoff_s / 2)  # start mid-cycle: the window holds `cycles` rescans
+    settings = {"log.cleaner.threads": 1, "log.cleaner.backoff.ms": int(backoff_s * 1000)}
+    with Daemon(work, log_dir, settings) as d:
+        d.wait_ready()
+        time.sleep(settle)
+        a, t0 = d.stat(), time.monotonic()
+        time.sleep(window)
+        b, wall = d.stat(), time.monotonic() - t0
+        code, _ = d.stop()
+    if code != 0:
+        raise RuntimeError(f"daemon exit code {code}")
+    cpu = b["cpu_s"] - a["cpu_s"]
+    log(f"idle {log_dir.name}, backoff {backoff_s} s: {cpu / wall:.4f} CPU s per s")
+    return {
+        "backoff_s": backoff_s,
+        "wall_seconds": round(wall, 2),
+        "cycles": cycles,
+        "cpu_seconds": round(cpu, 3),
+        "cpu_per_wall_second": round(cpu / wall, 5),
+        "cpu_seconds_per_cycle": round(cpu / cycles, 4),
+        "rss_mib": round(b["rss_mib"], 1),
+    }
+
+
+# --- throughput ----------------------------------------------------------------------------------
+
+
+def throughput_run(work: Path, tpl: Path, warm: Path, workers: int) -> dict[str, Any]:
+    run = work / f"tp-{workers}"
+    if run.exists():
+        shutil.rmtree(run)
+    logs, stage = run / "logs", run / "stage"
+    shutil.copytree(warm, logs)
+    shutil.copytree(tpl, stage)
+    names = sorted(p.name for p in stage.iterdir() if p.is_dir())
+    settings = {
+        "log.cleaner.threads": workers,
+        "log.cleaner.backoff.ms": 100,
+        "log.cleaner.min.cleanable.ratio": 0.01,
+    }
+    with Daemon(run, logs, settings) as d:
+        d.wait_ready()
+        warm_lines = d.wait_cleaned("warm", 2)
+        t_move = time.monotonic()
+        for name in names:
+            (stage / name).rename(logs / name)
+        lines = d.wait_cleaned("bench", len(names))
+        done = max(t for t, _ in lines) - t_move
+        status = d.get("/status")
+        code, _ = d.stop()
+    if code != 0:
+        raise RuntimeError(f"daemon exit code {code}")
+    jobs = [p for p in status["partitions"] if p["topic"] == "bench"]
+    spans = sorted(
+        (p["last_clean_ms"] / 1e3 - p["last_clean_seconds"], p["last_clean_ms"] / 1e3) for p in jobs
+    )
+    window = max(e for _, e in spans) - spans[0][0]
+    busy = sum(e - s for s, e in spans)
+    entries = [e for _, e in lines]
+    records = sum(e["messages_read"] for e in entries)
+    nbytes = sum(e["bytes_read"] for e in entries)
+    shutil.rmtree(run)
+    return {
+        "window_seconds": round(window, 4),
+        "discovery_to_done_seconds": round(done, 4),
+        "records": records,
+        "bytes": nbytes,
+        "records_per_s": round(records / window),
+        "mb_per_s": round(nbytes / window / 1e6, 1),
+        "job_seconds_sum": round(busy, 4),
+        "mean_concurrency": round(busy / window, 3),
+        "job_seconds": [round(e - s, 4) for s, e in spans],
+        "clean_seconds": [e["seconds"] for e in entries],
+        "cleans_per_worker": {
+            str(w): sum(1 for e in entries if e.get("worker") == w) for w in range(workers)
+        },
+        "map_bytes": sorted({e["map_bytes"] for e in entries}),
+        "warmup_first_clean_seconds": max(e["seconds"] for _, e in warm_lines),
+    }
+
+
+def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    spec = WorkloadSpec(
+        topic="bench",
+        partitions=args.tp_partitions,
+        records=args.records,
+        keys=KEYS,
+        value_bytes=100,
+        segment_bytes=1 << 30,
+        seed=42,
+    )
+    name = f"p{spec.partitions}-r{spec.records}-k{KEYS}-v100-s42"
+    tpl = cached_template(Path(args.out), name, spec)
+    warm_spec = WorkloadSpec(topic="warm", partitions=2, records=20_000, keys=KEYS, seed=7)
+    warm = cached_template(Path(args.out), "warm", warm_spec)
+    out: dict[str, Any] = {
+        "partitions": spec.partitions,
+        "records_each": spec.records,
+        "keys": KEYS,
+        "value_bytes": 100,
+    }
+    for workers in (1, 2):
+        runs = [throughput_run(work, tpl, warm, workers) for _ in range(args.repeat)]
+        top = min(runs, key=lambda r: r["window_seconds"])
+        log(
+            f"throughput, {workers} worker(s): {top['records_per_s'] / 1e6:.2f} M records/s, "
+            f"{top['mb_per_s']} MB/s, window {top['window_seconds']:.3f} s"
+        )
+        out[f"workers_{workers}"] = {
+            **top,
+            "window_seconds_runs": [r["window_seconds"] for r in runs],
+        }
+    ratio = out["workers_2"]["records_per_s"] / out["workers_1"]["records_per_s"]
+    out["speedup_2_vs_1"] = round(ratio, 3)
+    out["target_speedup"] = SPEEDUP_TARGET
+    out["met"] = ratio >= SPEEDUP_TARGET
+    return out
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--partitions", type=int, default=1000, help="partitions in the big log dir")
+    p.add_argument("--partition-records", type=int, default=10_000, help="records in each")
+    p.add_argument("--small-partitions", type=int, default=10_000, help="partitions, small logs")
+    p.add_argument("--small-records", type=int, default=100, help="records in each small one")
+    p.add_argument("--records", type=int, default=250_000, help="records per throughput log")
+    p.add_argument("--tp-partitions", type=int, default=8, help="throughput partitions")
+    p.add_argument("--repeat", type=int, default=3, help="runs per measurement (best reported)")
+    p.add_argument("--idle-seconds", type=float, default=10.0, help="idle window, at least")
+    p.add_argument("--idle-backoffs", default="15,1", help="log.cleaner.backoff.ms values, in s")
+    p.add_argument("--only", default=",".join(ALL), help="comma list of " + ", ".join(ALL))
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke run (~1 min)")
+    p.add_argument("--out", default=str(ROOT / "bench" / "out"), help="data cache directory")
+    p.add_argument("--shm", default="/dev/shm", help="directory for the runs (tmpfs)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.partitions, args.small_partitions, args.records = 100, 1000, 50_000
+        args.tp_partitions, args.repeat, args.idle_seconds = 4, 1, 3.0
+        args.idle_backoffs = "1"
+    args.only = [x.strip() for x in args.only.split(",") if x.strip()]
+    if bad := set(args.only) - set(ALL):
+        p.error(f"--only: unknown {', '.join(sorted(bad))}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    load_at_start = os.getloadavg()
+    shm = Path(args.shm) if os.access(args.shm, os.W_OK) else Path(args.out)
+    work = shm / f"cleanerd-bench-daemon-{os.getpid()}"
+    work.mkdir(parents=True)
+    results: dict[str, Any] = {}
+    try:
+        if {"startup", "ranking", "idle"} & set(args.only):
+            dirs = [
+                build_count_dir(
+                    work, f"partitions_{args.partitions}", args.partitions, args.partition_records
+                ),
+                build_count_dir(
+                    work,
+                    f"small_partitions_{args.small_partitions}",
+                    args.small_partitions,
+                    args.small_records,
+                ),
+            ]
+            results["log_dirs"] = {d.name: shape for d, shape in dirs}
+            if "startup" in args.only:
+                (work / "empty").mkdir()
+                results["startup"] = {"empty": startup(work, work / "empty", args.repeat)}
+                results["startup"].update({d.name: startup(work, d, args.repeat) for d, _ in dirs})
+            if "ranking" in args.only:
+                results["ranking"] = {d.name: ranking(d, args.repeat) for d, _ in dirs}
+            if "idle" in args.only:
+                backoffs = [float(x) for x in args.idle_backoffs.split(",")]
+                results["idle"] = {
+                    d.name: [idle(work, d, b, args.idle_seconds) for b in backoffs] for d, _ in dirs
+                }
+        if "throughput" in args.only:
+            results["throughput"] = throughput(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    doc = {
+        "benchmark": "daemon",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(load_at_start),
+        "source": source_version(),
+        "parameters": {k: v for k, v in vars(args).items() if k not in ("out", "shm")},
+        "data_dir": str(shm),
+        "data_filesystem": filesystem_of(shm),
+        "results": results,
+    }
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
