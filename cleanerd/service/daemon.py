@@ -14,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -181,8 +183,14 @@ class Daemon:
         finished = await self.pool.stop(timeout) if self.pool is not None else True
         if finished:
             log.info("stopped", cleanings=self._totals().cleanings)
-        else:
-            log.error("shutdown timeout: a cleaning did not stop in time", timeout_s=timeout)
+            return
+        # A thread cannot be killed, and the interpreter would wait for it at exit: leave now.
+        # Its .cleaned file (if any) is removed by swap recovery on the next open.
+        log.error("shutdown timeout: a cleaning did not stop in time; exiting", timeout_s=timeout)
+        for lock in self._locks:
+            lock.unlock()
+        sys.stderr.flush()
+        os._exit(1)
 
     # --- the manager loop ---------------------------------------------------------------------
     async def _manager_loop(self) -> None:
