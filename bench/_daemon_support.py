@@ -98,6 +98,30 @@ def mark_clean(log_dir: Path, ends: dict[TopicPartition, int]) -> None:
     write_offset_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT, ends)
 
 
+def build_count_dir(work: Path, name: str, n: int, records: int) -> tuple[Path, dict[Any, int]]:
+    """``n`` copies of one rolled partition of ``records`` records (256 KiB segments) as topic
+    ``t`` in ``work/name``, marked clean to its end; returns the dir and its shape."""
+    spec = WorkloadSpec(topic="t", records=records, keys=min(10_000, records), seed=1)
+    template = write_rolled(work / f"tpl-{name}", spec)[0]
+    t0 = time.perf_counter()
+    log_dir = work / name
+    ends = fill_log_dir(log_dir, template, "t", n)
+    mark_clean(log_dir, ends)
+    size = sum(f.stat().st_size for f in template.glob("*.log"))
+    segs = len(list(template.glob("*.log")))
+    log(
+        f"{name}: {n} partitions x {records} records ({size * n / 1e6:.0f} MB, {segs} segments "
+        f"each) in {time.perf_counter() - t0:.1f} s"
+    )
+    return log_dir, {
+        "partitions": n,
+        "records_each": records,
+        "log_bytes_each": size,
+        "segments_each": segs,
+        "log_bytes_total": size * n,
+    }
+
+
 # --- the daemon process --------------------------------------------------------------------------
 
 
@@ -107,7 +131,7 @@ class Daemon:
     def __init__(self, work: Path, log_dir: Path, settings: dict[str, object]) -> None:
         self.work = work
         self.config = work / "cleanerd.toml"
-        lines = [f"log.dirs = [{json.dumps(str(log_dir))}]"]
+        lines = [f"log.dirs = [{json.dumps(str(log_dir))}]", '"log.cleanup.policy" = "compact"']
         lines += [f'"{k}" = {json.dumps(v)}' for k, v in settings.items()]
         self.config.write_text("\n".join(lines) + "\n")
         self.lines: list[tuple[float, dict[str, Any]]] = []
@@ -116,6 +140,8 @@ class Daemon:
         self.port: int | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.started = 0.0
+        self.ready_at: float | None = None
+        self.statuses: list[float] = []
 
     def __enter__(self) -> Daemon:
         path = self.work / "notify.sock"
@@ -130,10 +156,12 @@ class Daemon:
             cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
         threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._drain, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+        time.sleep(0.3)  # the drain thread sees the exit and stops reading
         self.notify.close()
 
     def _read(self) -> None:
@@ -152,19 +180,34 @@ class Daemon:
                 self.lines.append((now, entry))
                 self.changed.notify_all()
 
-    def wait_ready(self, timeout: float = 600.0) -> float:
-        """Seconds from the spawn to the daemon's ``READY=1``."""
+    def _drain(self) -> None:
+        """Read every notification, as systemd does: the daemon's ``sendto`` on a full socket
+        busy-waits up to 1 s on the event loop (``SystemdNotifier.notify``)."""
         self.notify.settimeout(0.2)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while self.proc is not None and self.proc.poll() is None:
             try:
                 data = self.notify.recv(65536)
             except TimeoutError:
-                self._check_alive()
                 continue
-            if b"READY=1" in data.split(b"\n"):
-                return time.monotonic() - self.started
-        raise TimeoutError(f"no READY=1 within {timeout} s")
+            except OSError:
+                return
+            if data.startswith(b"STATUS="):
+                self.statuses.append(time.monotonic())  # one per manager cycle
+            if b"READY=1" in data.split(b"\n") and self.ready_at is None:
+                with self.changed:
+                    self.ready_at = time.monotonic()
+                    self.changed.notify_all()
+
+    def wait_ready(self, timeout: float = 600.0) -> float:
+        """Seconds from the spawn to the daemon's ``READY=1``."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while self.ready_at is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no READY=1 within {timeout} s")
+                self.changed.wait(0.05)
+                self._check_alive()
+            return self.ready_at - self.started
 
     def _check_alive(self) -> None:
         assert self.proc is not None
@@ -173,8 +216,8 @@ class Daemon:
             raise RuntimeError(f"cleanerd exited with {self.proc.returncode}:\n{tail}")
 
     def wait_cleaned(self, prefix: str, count: int, timeout: float = 1200.0) -> list[Any]:
-        """Wait for ``count`` "log cleaned" lines of partitions named ``prefix``-N; returns
-        them as (arrival time, entry) pairs."""
+        """Wait until ``count`` partitions named ``prefix``-N were cleaned; returns their
+        "log cleaned" lines as (arrival time, entry) pairs."""
         deadline = time.monotonic() + timeout
         with self.changed:
             while True:
@@ -183,7 +226,7 @@ class Daemon:
                     for t, e in self.lines
                     if e.get("event") == "log cleaned" and e["partition"].startswith(prefix + "-")
                 ]
-                if len(found) >= count:
+                if len({e["partition"] for _, e in found}) >= count:
                     return found
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{len(found)}/{count} {prefix} partitions cleaned")

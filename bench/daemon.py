@@ -47,12 +47,10 @@ for p in (ROOT, ROOT / "bench"):
 
 from _daemon_support import (  # noqa: E402
     Daemon,
+    build_count_dir,
     cached_template,
     filesystem_of,
-    fill_log_dir,
     log,
-    mark_clean,
-    write_rolled,
 )
 from _facts import machine, source_version  # noqa: E402
 
@@ -71,28 +69,6 @@ def best(values: list[float]) -> float:
 
 
 # --- startup, ranking, idle on the partition-count log dirs ----------------------------------
-
-
-def build_count_dir(work: Path, name: str, n: int, records: int) -> tuple[Path, dict[Any, int]]:
-    spec = WorkloadSpec(topic="t", records=records, keys=min(KEYS, records), seed=1)
-    template = write_rolled(work / f"tpl-{name}", spec)[0]
-    t0 = time.perf_counter()
-    log_dir = work / name
-    ends = fill_log_dir(log_dir, template, "t", n)
-    mark_clean(log_dir, ends)
-    size = sum(f.stat().st_size for f in template.glob("*.log"))
-    segs = len(list(template.glob("*.log")))
-    log(
-        f"{name}: {n} partitions x {records} records ({size * n / 1e6:.0f} MB, {segs} segments "
-        f"each) in {time.perf_counter() - t0:.1f} s"
-    )
-    return log_dir, {
-        "partitions": n,
-        "records_each": records,
-        "log_bytes_each": size,
-        "segments_each": segs,
-        "log_bytes_total": size * n,
-    }
 
 
 def startup(work: Path, log_dir: Path, repeat: int) -> dict[str, Any]:
@@ -163,28 +139,27 @@ def ranking(log_dir: Path, repeat: int, grabs: int = 10) -> dict[str, Any]:
 
 
 def idle(work: Path, log_dir: Path, backoff_s: float, seconds: float) -> dict[str, Any]:
-    cycles = max(1, round(seconds / backoff_s + 0.499))
-    window = cycles * backoff_s
-    settle = min(2.0, backoff_s / 2)  # start mid-cycle: the window holds `cycles` rescans
+    window = max(1, round(seconds / backoff_s + 0.499)) * backoff_s
     settings = {"log.cleaner.threads": 1, "log.cleaner.backoff.ms": int(backoff_s * 1000)}
     with Daemon(work, log_dir, settings) as d:
         d.wait_ready()
-        time.sleep(settle)
+        time.sleep(min(2.0, backoff_s / 2))  # past the cycle that follows READY at once
         a, t0 = d.stat(), time.monotonic()
         time.sleep(window)
-        b, wall = d.stat(), time.monotonic() - t0
+        b, t1 = d.stat(), time.monotonic()
         code, _ = d.stop()
     if code != 0:
         raise RuntimeError(f"daemon exit code {code}")
-    cpu = b["cpu_s"] - a["cpu_s"]
+    cpu, wall = b["cpu_s"] - a["cpu_s"], t1 - t0
+    cycles = sum(1 for t in d.statuses if t0 <= t < t1)  # one STATUS= per manager cycle
     log(f"idle {log_dir.name}, backoff {backoff_s} s: {cpu / wall:.4f} CPU s per s")
     return {
         "backoff_s": backoff_s,
         "wall_seconds": round(wall, 2),
-        "cycles": cycles,
+        "manager_cycles": cycles,
         "cpu_seconds": round(cpu, 3),
         "cpu_per_wall_second": round(cpu / wall, 5),
-        "cpu_seconds_per_cycle": round(cpu / cycles, 4),
+        "cpu_seconds_per_cycle": round(cpu / cycles, 4) if cycles else None,
         "rss_mib": round(b["rss_mib"], 1),
     }
 
@@ -217,7 +192,7 @@ def throughput_run(work: Path, tpl: Path, warm: Path, workers: int) -> dict[str,
         code, _ = d.stop()
     if code != 0:
         raise RuntimeError(f"daemon exit code {code}")
-    jobs = [p for p in status["partitions"] if p["topic"] == "bench"]
+    jobs = [p for p in status["partitions"] if p["topic"] == "bench" and p["last_clean_ms"]]
     spans = sorted(
         (p["last_clean_ms"] / 1e3 - p["last_clean_seconds"], p["last_clean_ms"] / 1e3) for p in jobs
     )
@@ -242,6 +217,7 @@ def throughput_run(work: Path, tpl: Path, warm: Path, workers: int) -> dict[str,
             str(w): sum(1 for e in entries if e.get("worker") == w) for w in range(workers)
         },
         "map_bytes": sorted({e["map_bytes"] for e in entries}),
+        "cleanings": sorted(p["cleanings"] for p in status["partitions"] if p["topic"] == "bench"),
         "warmup_first_clean_seconds": max(e["seconds"] for _, e in warm_lines),
     }
 
