@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import threading
 import uuid
 from pathlib import Path
 
@@ -463,3 +464,24 @@ def test_atomic_write_into_missing_dir_is_a_storage_error(tmp_path: Path) -> Non
 def test_fsync_dir_on_missing_dir_is_a_storage_error(tmp_path: Path) -> None:
     with pytest.raises(StorageError, match="missing"):
         cp.fsync_dir(tmp_path / "missing")
+
+
+def test_concurrent_updates_from_threads_keep_every_entry(tmp_path: Path) -> None:
+    """The daemon's workers update one cleaner-offset-checkpoint from several threads."""
+    path = tmp_path / "cleaner-offset-checkpoint"
+    errors: list[BaseException] = []
+
+    def worker(partition: int) -> None:
+        try:
+            for offset in range(30):
+                update_offset_checkpoint(path, {TopicPartition("t", partition): offset})
+        except BaseException as e:  # pragma: no cover - what the test is looking for
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert read_offset_checkpoint(path) == {TopicPartition("t", p): 29 for p in range(6)}

@@ -14,9 +14,6 @@ import socket
 import time
 from collections.abc import Mapping
 
-SEND_TIMEOUT_S = 1.0
-"""systemd drains its notify socket quickly; never block the event loop longer than this."""
-
 
 def _address(raw: str | None) -> str | None:
     """The socket address from ``$NOTIFY_SOCKET``; None when unset or of an unsupported kind."""
@@ -78,7 +75,8 @@ class SystemdNotifier:
         try:
             if self._sock is None:
                 sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                sock.settimeout(SEND_TIMEOUT_S)
+                # never block the event loop: a full socket (systemd not reading) drops the message
+                sock.setblocking(False)
                 self._sock = sock
             self._sock.sendto(message, self.address)
         except OSError:

@@ -14,6 +14,7 @@ import contextlib
 import operator
 import os
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -248,16 +249,29 @@ def update_offset_checkpoint(
 ) -> dict[TopicPartition, int]:
     """Read-modify-write: drop ``remove``, then apply ``set``; returns what was written.
 
-    Entries for other partitions (the broker's, other cleaners') are preserved. The caller must
-    hold the log dir lock, otherwise concurrent updates can lose each other's changes.
+    Entries for other partitions (the broker's, other cleaners') are preserved. Threads of this
+    process (the daemon's workers) are serialised per file here; other processes are kept out by
+    the log dir lock the caller holds.
     """
-    current = read_offset_checkpoint(path)
-    for tp in remove:
-        current.pop(TopicPartition(*tp), None)
-    for tp, offset in set.items():
-        current[TopicPartition(*tp)] = offset
-    write_offset_checkpoint(path, current)
-    return current
+    with _file_lock(path):
+        current = read_offset_checkpoint(path)
+        for tp in remove:
+            current.pop(TopicPartition(*tp), None)
+        for tp, offset in set.items():
+            current[TopicPartition(*tp)] = offset
+        write_offset_checkpoint(path, current)
+        return current
+
+
+_FILE_LOCKS: dict[str, threading.Lock] = {}
+_FILE_LOCKS_GUARD = threading.Lock()
+
+
+def _file_lock(path: Path) -> threading.Lock:
+    """One lock per checkpoint file in this process (Kafka holds its cleaner-manager lock)."""
+    key = os.path.abspath(path)
+    with _FILE_LOCKS_GUARD:
+        return _FILE_LOCKS.setdefault(key, threading.Lock())
 
 
 def _parse_epoch_entry(line: str, fields: list[str]) -> tuple[int, int]:
