@@ -474,7 +474,7 @@ def test_concurrent_updates_from_threads_keep_every_entry(tmp_path: Path) -> Non
     def worker(partition: int) -> None:
         try:
             for offset in range(30):
-                update_offset_checkpoint(path, {TopicPartition("t", partition): offset})
+                update_offset_checkpoint(path, {TP("t", partition): offset})
         except BaseException as e:  # pragma: no cover - what the test is looking for
             errors.append(e)
 
@@ -484,4 +484,4 @@ def test_concurrent_updates_from_threads_keep_every_entry(tmp_path: Path) -> Non
     for t in threads:
         t.join()
     assert errors == []
-    assert read_offset_checkpoint(path) == {TopicPartition("t", p): 29 for p in range(6)}
+    assert read_offset_checkpoint(path) == {TP("t", p): 29 for p in range(6)}
