@@ -8,7 +8,6 @@ does; -1 means no limit.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,8 +55,6 @@ class RetentionResult:
 
 
 Predicate = Callable[[LogSegment, LogSegment | None], bool]
-
-_checkpoint_guard = threading.Lock()  # log-start-offset-checkpoint is shared by the log dir
 
 
 def delete_old_segments(
@@ -160,9 +157,8 @@ def _delete(log: PartitionLog, doomed: list[LogSegment]) -> tuple[int, int]:
 
 def _checkpoint(log: PartitionLog, start: int) -> None:
     path = log.directory.parent / LOG_START_OFFSET_CHECKPOINT
-    with _checkpoint_guard:
-        if read_offset_checkpoint(path).get(log.topic_partition) != start:
-            update_offset_checkpoint(path, set={log.topic_partition: start})
+    if read_offset_checkpoint(path).get(log.topic_partition) != start:
+        update_offset_checkpoint(path, set={log.topic_partition: start})
 
 
 def _truncate_epochs(log: PartitionLog, start: int) -> None:
