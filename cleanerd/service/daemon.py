@@ -24,6 +24,7 @@ from pathlib import Path
 
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.config import RESTART_SETTINGS, ConfigError, LoadedConfig, changed_settings
+from cleanerd.config_sources import join_listen
 from cleanerd.service.budget import DedupeBudget
 from cleanerd.service.clean_job import JobResult
 from cleanerd.service.http import HttpServer, start_http
@@ -31,7 +32,12 @@ from cleanerd.service.logging import get_logger
 from cleanerd.service.maintenance import Maintenance
 from cleanerd.service.manager import CleanerManager
 from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.state import CleaningTotals, DaemonSnapshot, PartitionStatus
+from cleanerd.service.state import (
+    CleaningState,
+    CleaningTotals,
+    DaemonSnapshot,
+    PartitionStatus,
+)
 from cleanerd.service.systemd import SystemdNotifier
 from cleanerd.service.workers import PoolSettings, WorkerPool
 from cleanerd.storage.logdir import LogDir
@@ -94,7 +100,6 @@ class Daemon:
         self.ready = False
         self.stopping = False
         self.last_cycle = time.monotonic()
-        self.last_success_ms: int | None = None
         self._stop = asyncio.Event()
         self._rescan = asyncio.Event()
         self._locks: list[LogDir] = []
@@ -194,7 +199,6 @@ class Daemon:
 
     # --- the manager loop ---------------------------------------------------------------------
     async def _manager_loop(self) -> None:
-        backoff = self.loaded.config.backoff_ms / 1000
         while True:
             self.manager.apply(await asyncio.to_thread(self.manager.scan))
             changed = await self.maintenance.run()
@@ -218,7 +222,6 @@ class Daemon:
                 self.pool.finished.clear()
 
     def _cleaned(self, result: JobResult) -> None:
-        self.last_success_ms = self.clock_ms()
         self.metrics.observe_clean(result.seconds)
 
     # --- reload -------------------------------------------------------------------------------
@@ -278,7 +281,7 @@ class Daemon:
             dedupe_budget_bytes=self.budget.total,
             dedupe_budget_in_use_bytes=self.budget.in_use,
             throttle_sleep_seconds_total=self.throttler.slept_seconds,
-            last_success_ms=self.last_success_ms,
+            last_success_ms=m.last_success_ms,
             per_partition_metrics=self.loaded.config.per_partition_metrics,
             ready=self.ready,
             stopping=self.stopping,
@@ -299,14 +302,14 @@ class Daemon:
     def _admin(
         self, tp: TopicPartition, action: Callable[[TopicPartition], None]
     ) -> PartitionStatus | None:
-        if not any(s.tp == tp for s in self.manager.statuses()):
+        if self.manager.status(tp) is None:
             return None
         action(tp)
         log.info("admin request", partition=str(tp), action=action.__name__)
         self._rescan.set()
         if self.pool is not None:
             self.pool.wake()
-        return next(s for s in self.manager.statuses() if s.tp == tp)
+        return self.manager.status(tp)
 
     def pause(self, tp: TopicPartition) -> PartitionStatus | None:
         return self._admin(tp, self.manager.pause)
@@ -320,7 +323,7 @@ class Daemon:
     # --- status text --------------------------------------------------------------------------
     def _status_line(self) -> str:
         statuses = self.manager.statuses()
-        busy = [str(s.tp) for s in statuses if s.state.value == "in_progress"]
+        busy = [str(s.tp) for s in statuses if s.state is CleaningState.IN_PROGRESS]
         uncleanable = sum(1 for s in statuses if s.uncleanable)
         text = (
             f"{len(statuses)} partitions, {sum(1 for s in statuses if s.cleanable)} to clean, "
@@ -337,7 +340,9 @@ class Daemon:
             partitions=len(statuses),
             compacted=sum(1 for s in statuses if s.compacted),
             workers=c.threads,
-            http=f"http://{c.http_host}:{self.http.port}" if self.http is not None else None,
+            http=f"http://{join_listen(c.http_host, self.http.port)}"
+            if self.http is not None and c.http_host is not None
+            else None,
         )
         if statuses and not any(s.compacted for s in statuses):
             log.warning(
