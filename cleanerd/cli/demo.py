@@ -27,6 +27,7 @@ from rich.text import Text
 
 from cleanerd.cli.config_cmd import load_from_options
 from cleanerd.config import LoadedConfig, load_config
+from cleanerd.config_sources import join_listen
 from cleanerd.service.daemon import Daemon, StartupError, run_async
 from cleanerd.service.logging import configure_logging
 from cleanerd.service.state import DaemonSnapshot
@@ -166,7 +167,7 @@ def demo(directory: Path, duration: float | None, rate: float, listen: str) -> N
         daemon = Daemon(loaded, reload)
         writer.start()
         c = loaded.config
-        url = f"http://{c.http_host}:{c.http_port}"
+        url = f"http://{join_listen(c.http_host or '127.0.0.1', c.http_port)}"
         shower = asyncio.create_task(_show(daemon, writer, url, duration))
         try:
             return await daemon.run()

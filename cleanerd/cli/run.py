@@ -19,8 +19,9 @@ from pathlib import Path
 
 import click
 
-from cleanerd.cli.config_cmd import config_options, load_from_options
+from cleanerd.cli.config_cmd import config_options, load_from_options, parse_sets
 from cleanerd.config import LoadedConfig, load_config
+from cleanerd.config_sources import join_listen
 from cleanerd.service.daemon import Daemon, StartupError, run_daemon
 from cleanerd.service.logging import configure_logging
 from cleanerd.storage.errors import StorageError
@@ -43,7 +44,7 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
         return load_config(
             config_file=config_file,
             kafka_properties=kafka_properties,
-            overrides=dict(s.split("=", 1) for s in sets),
+            overrides=parse_sets(sets),
         )
 
     try:
@@ -71,8 +72,7 @@ def _endpoint(
     if url is None:
         if c.http_host is None:
             raise click.UsageError("cleanerd.http.listen is off: give --url")
-        host = f"[{c.http_host}]" if ":" in c.http_host else c.http_host
-        url = f"http://{host}:{c.http_port}"
+        url = f"http://{join_listen(c.http_host, c.http_port)}"
     return url.rstrip("/"), token if token is not None else c.admin_token
 
 
