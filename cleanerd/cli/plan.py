@@ -31,6 +31,7 @@ from cleanerd.cli.options import format_option
 from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, plan
 from cleanerd.compaction.topic_settings import KNOWN_SETTINGS, TopicSettings
+from cleanerd.config_sources import flatten
 from cleanerd.format.reader import I64, U8
 from cleanerd.inspect.files import segment_logs
 from cleanerd.inspect.verify import looks_like_partition_dir
@@ -49,16 +50,12 @@ from cleanerd.storage.topic_partition import TopicPartition
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, object]:
-    """TOML reads ``cleanup.policy = ...`` unquoted as nested tables: join the keys back."""
-    out: dict[str, object] = {}
-    for key, value in table.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flatten(value, name + "."))
-        elif isinstance(value, str | int | float | bool):
-            out[name] = value
-        else:
+
+def _flatten(table: Mapping[str, Any]) -> dict[str, object]:
+    """The table's settings with dotted names joined back (``flatten``), scalars only."""
+    out = flatten(table)
+    for name, value in out.items():
+        if not isinstance(value, str | int | float | bool):
             raise ValueError(f"{name}: expected a string or a number, got {value!r}")
     return out
 
