@@ -44,6 +44,12 @@ FORBIDDEN = {
         "click",
         "rich",
     ),
+    "service": ("cleanerd.cli",),
+}
+# top-level modules below service/: the config tree and its sources
+FORBIDDEN_MODULES = {
+    "config.py": ("asyncio", "cleanerd.service", "cleanerd.cli", "click", "rich"),
+    "config_sources.py": ("asyncio", "cleanerd.service", "cleanerd.cli", "click", "rich"),
 }
 
 
@@ -59,11 +65,14 @@ def _imports(path: Path) -> set[str]:
 
 def test_layers_import_only_downwards() -> None:
     problems = []
-    for layer, forbidden in FORBIDDEN.items():
-        for path in sorted((PACKAGE / layer).rglob("*.py")):
-            for name in _imports(path):
-                if any(name == f or name.startswith(f + ".") for f in forbidden):
-                    problems.append(f"{path.relative_to(REPO)} imports {name}")
+    checks = [
+        (p, f) for layer, f in FORBIDDEN.items() for p in sorted((PACKAGE / layer).rglob("*.py"))
+    ]
+    checks += [(PACKAGE / module, f) for module, f in FORBIDDEN_MODULES.items()]
+    for path, forbidden in checks:
+        for name in _imports(path):
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                problems.append(f"{path.relative_to(REPO)} imports {name}")
     assert problems == []
 
 
