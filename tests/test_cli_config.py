@@ -70,9 +70,15 @@ def test_set_beats_everything_and_must_be_name_value(tmp_path: Path) -> None:
     assert "NAME=VALUE" in err
 
 
-def test_show_text_table_with_sources_and_topics() -> None:
-    code, out, _ = run("show", "--config", str(EXAMPLE), "--topic", "orders-1")
+def test_show_text_table_with_sources_and_topics(tmp_path: Path) -> None:
+    # A long config path (as CI checkouts have) must not fold setting names in piped output.
+    deep = tmp_path / ("very-long-directory-name-" * 4) / "etc" / "cleanerd"
+    deep.mkdir(parents=True)
+    config = deep / "cleanerd.toml"
+    config.write_text(EXAMPLE.read_text())
+    code, out, _ = run("show", "--config", str(config), "--topic", "orders-1")
     assert code == 0
+    assert f"file {config}" in out
     assert "log.cleaner.threads" in out
     assert "default" in out
     assert "file " in out

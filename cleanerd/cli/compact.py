@@ -36,6 +36,7 @@ from rich.table import Table
 
 from cleanerd.cli.options import format_option
 from cleanerd.cli.plan import Job, TopicConfigFile, find_targets, select, target_options
+from cleanerd.cli.tables import table_console
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
 from cleanerd.compaction.one_shot import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
@@ -227,7 +228,7 @@ def _print_table(results: list[CompactionSummary], failures: list[str], dry_run:
         )
     for name in failures:
         table.add_row(name, "failed")
-    console = Console()
+    console = table_console([table])
     console.print(table)
     seconds = sum(s.seconds for s in results)
     size = sum(s.bytes_in for s in results)

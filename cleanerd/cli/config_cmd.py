@@ -15,10 +15,10 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from cleanerd.cli.options import format_option
+from cleanerd.cli.tables import table_console
 from cleanerd.config import ConfigError, LoadedConfig, load_config
 from cleanerd.config_sources import BROKER_TOPIC_DEFAULTS, topic_key
 
@@ -138,10 +138,11 @@ def show(
         }
         click.echo(json.dumps(doc, indent=2))
         return
-    console = Console(width=max(Console().width, 100))
-    console.print(_table("cleanerd config", rows))
-    for topic, found in resolved.items():
-        console.print(_table(f"topic {topic}", found))
+    tables = [_table("cleanerd config", rows)]
+    tables += [_table(f"topic {topic}", found) for topic, found in resolved.items()]
+    console = table_console(tables)
+    for table in tables:
+        console.print(table)
     for note in loaded.notes:
         click.echo(f"note: {note}")
 

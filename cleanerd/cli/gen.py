@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemaining
 from rich.table import Table
 
 from cleanerd.cli.options import format_option
+from cleanerd.cli.tables import table_console
 from cleanerd.storage.errors import StorageError
 from cleanerd.workload import (
     PartitionResult,
@@ -186,7 +187,7 @@ def _print_table(result: WorkloadResult, expected_file: Path | None) -> None:
             offsets = "offset" in label
             cells.append("" if offsets else f"{sum(get(p) for p in parts):,}")
         table.add_row(label, *cells)
-    console = Console()
+    console = table_console([table])
     console.print(table)
     if len(parts) > len(shown):
         console.print(f"({len(parts) - len(shown)} more partitions: see --format json)")

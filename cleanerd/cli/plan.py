@@ -23,11 +23,11 @@ from typing import Any, TypeVar
 
 import click
 from rich import box
-from rich.console import Console
 from rich.filesize import decimal
 from rich.table import Table
 
 from cleanerd.cli.options import format_option
+from cleanerd.cli.tables import table_console
 from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, plan
 from cleanerd.compaction.topic_settings import KNOWN_SETTINGS, TopicSettings
@@ -338,7 +338,7 @@ def _print_plans(rows: list[dict[str, Any]]) -> None:
             decimal(r["cleanable_bytes"]),
             "yes" if r["is_cleanable"] else "no",
         )
-    console = Console()
+    console = table_console([table])
     console.print(table)
     for r in rows:
         for note in r["notes"]:
