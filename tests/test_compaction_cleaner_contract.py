@@ -7,6 +7,7 @@ import os
 import struct
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
 from cleanerd.compaction import batches as batches_mod
+from cleanerd.compaction import crc as crc_mod
 from cleanerd.compaction import writer as writer_mod
 from cleanerd.compaction.cleaner import Cleaner, segment_sizes
 from cleanerd.compaction.grouping import group_segments
@@ -339,64 +341,78 @@ _REC = st.tuples(
 )
 
 
+_BATCH = st.tuples(
+    st.lists(_REC, min_size=1, max_size=12),
+    st.sampled_from(list(Compression)),
+    st.booleans(),  # log append time
+    st.one_of(st.none(), st.integers(0, 2**50)),  # delete horizon to stamp
+    st.booleans(),  # rebuilt in this call (else left out of ``rows``)
+)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
-    recs=st.lists(_REC, min_size=1, max_size=12),
-    data=st.data(),
-    codec=st.sampled_from(list(Compression)),
-    log_append_time=st.booleans(),
-    horizon=st.one_of(st.none(), st.integers(0, 2**50)),
+    batch_specs=st.lists(_BATCH, min_size=1, max_size=4), data=st.data(), crc_kernel=st.booleans()
 )
 def test_rebuild_kernel_writes_what_the_builder_writes(
-    recs: list[Any],
-    data: st.DataObject,
-    codec: Compression,
-    log_append_time: bool,
-    horizon: int | None,
+    batch_specs: list[Any], data: st.DataObject, crc_kernel: bool
 ) -> None:
+    """Several batches (any codecs) rebuilt in one call: each is what the builder writes for
+    its kept records, with the CRC kernel or the library's CRC."""
     offset = 100
-    records = []
-    for key, value, ts, headers, gap in recs:
-        offset += gap
-        records.append(Record(offset, ts, key, value, tuple(headers)))
-    raw = build_batch(
-        records,
-        base_offset=100,
-        last_offset=offset + 2,
-        compression=codec,
-        log_append_time=log_append_time,
-        producer_id=5,
-        producer_epoch=1,
-        base_sequence=7,
-        partition_leader_epoch=3,
-        transactional=True,
-    )
-    scan = scan_batches(raw)
-    payload, index = index_batches(raw, scan.batches)
-    keep = np.array(
-        data.draw(st.lists(st.booleans(), min_size=len(records), max_size=len(records)))
-    )
-    keep[data.draw(st.integers(0, len(records) - 1))] = True
+    raws: list[bytes] = []
+    expected_args: list[dict[str, Any]] = []
+    all_records: list[list[Record]] = []
+    for i, (recs, codec, log_append_time, horizon, _) in enumerate(batch_specs):
+        base = offset
+        records = []
+        for key, value, ts, headers, gap in recs:
+            offset += gap
+            records.append(Record(offset, ts, key, value, tuple(headers)))
+        args: dict[str, Any] = {
+            "base_offset": base,
+            "last_offset": offset + 2,
+            "compression": codec,
+            "log_append_time": log_append_time,
+            "producer_id": 5 + i,
+            "producer_epoch": 1,
+            "base_sequence": 7,
+            "partition_leader_epoch": 3,
+            "transactional": True,
+        }
+        raws.append(build_batch(records, **args))
+        expected_args.append(args | {"delete_horizon_ms": horizon})
+        all_records.append(records)
+        offset += 3
+    buf = b"".join(raws)
+    scan = scan_batches(buf)
+    payload, index = index_batches(buf, scan.batches)
+    keep = np.array(data.draw(st.lists(st.booleans(), min_size=len(index), max_size=len(index))))
+    rows = [i for i, spec in enumerate(batch_specs) if spec[4]] or [0]
+    for row in rows:  # every rebuilt batch keeps at least one record
+        in_batch = np.flatnonzero(index[:, k.R_BATCH] == row)
+        keep[in_batch[data.draw(st.integers(0, in_batch.size - 1))]] = True
     kept = np.flatnonzero(keep)
-    stamp = np.array([NO_HORIZON if horizon is None else horizon], dtype=np.int64)
-    (fast,) = rebuild_batches(
-        payload, index, kept, index[kept, k.R_BATCH], scan.batches, np.array([0]), stamp
+    stamp = np.array(
+        [NO_HORIZON if spec[3] is None else spec[3] for spec in batch_specs], dtype=np.int64
     )
-    slow = build_batch(
-        list(records_from_index(payload, index[kept])),
-        base_offset=100,
-        last_offset=offset + 2,
-        compression=codec,
-        log_append_time=log_append_time,
-        producer_id=5,
-        producer_epoch=1,
-        base_sequence=7,
-        partition_leader_epoch=3,
-        transactional=True,
-        delete_horizon_ms=horizon,
-        max_timestamp=int(scan.batches[0, k.B_MAX_TIMESTAMP]) if log_append_time else None,
-    )
-    assert fast == slow
+    with patch.object(crc_mod, "AVAILABLE", crc_kernel and crc_mod.AVAILABLE):
+        rebuilt = rebuild_batches(
+            payload, index, kept, index[kept, k.R_BATCH], scan.batches, np.array(rows), stamp
+        )
+    assert rebuilt.ends.tolist() == [*rebuilt.starts[1:].tolist(), len(rebuilt.buf)]
+    for j, row in enumerate(rows):
+        mine = index[kept][index[kept, k.R_BATCH] == row]
+        args = expected_args[row]
+        slow = build_batch(
+            list(records_from_index(payload, mine)),
+            **args,
+            max_timestamp=int(scan.batches[row, k.B_MAX_TIMESTAMP])
+            if args["log_append_time"]
+            else None,
+        )
+        assert rebuilt.batch(j) == slow
+        assert int(rebuilt.max_ts[j]) == int(scan_batches(slow).batches[0, k.B_MAX_TIMESTAMP])
 
 
 # --- Kafka tests 17 to 20: large and corrupt messages ---------------------------------------------

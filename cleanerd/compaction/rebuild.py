@@ -4,22 +4,26 @@ A kept record's bytes do not change except for its timestamp delta (the base tim
 the first kept record's timestamp, or the delete horizon) and so its length: the offset delta is
 relative to the unchanged base offset, and key, value and headers are copied as they are. One
 numba kernel splices every kept record of a chunk's rebuilt batches into a new buffer, re-encoding
-only those two varints; Python then adds each batch's header (same base offset, last offset,
-producer fields, leader epoch, codec at its default level, timestamp type; CRC32C recomputed) and
-compresses where the batch was compressed. The result is what ``builder.build_batch`` writes for
-the decoded records, without decoding them.
+only those two varints. Compressed batches have their records compressed (codec at its default
+level), one call each; then a second kernel lays every batch out end to end in one buffer with its
+header (same base offset, last offset, producer fields, leader epoch, timestamp type) and the CRC32C
+kernel fills the CRCs. The result is what ``builder.build_batch`` writes for the decoded records,
+without decoding them, and without a per-batch Python loop holding the GIL for uncompressed logs.
 """
 
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass
 from typing import Any
 
+import crc32c
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from cleanerd.compaction import crc
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import finish_crc
 from cleanerd.format.codecs import Compression, compress
 from cleanerd.format.header import (
     ATTR_CODEC_MASK,
@@ -27,10 +31,10 @@ from cleanerd.format.header import (
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
+    CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
-    BatchHeader,
 )
 from cleanerd.format.reader import I64, U8
 
@@ -39,6 +43,7 @@ NO_HORIZON = -(2**63)
 _MAX_GROWTH = 16  # a record can grow by up to 9 bytes of timestamp delta and 1 of length
 _KEPT_ATTRIBUTES = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
 _CODECS = tuple(Compression)
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
 
 
 @njit(cache=True, nogil=True)
@@ -85,6 +90,83 @@ def splice_records(payload: Arr, records: Arr, rows: Arr, base_ts: Arr, out: Arr
     return q
 
 
+# columns of the header matrix ``write_batches`` takes, one row per batch
+(
+    HEAD_BASE_OFFSET,
+    HEAD_LENGTH,
+    HEAD_LEADER_EPOCH,
+    HEAD_ATTRIBUTES,
+    HEAD_LAST_DELTA,
+    HEAD_BASE_TIMESTAMP,
+    HEAD_MAX_TIMESTAMP,
+    HEAD_PRODUCER_ID,
+    HEAD_PRODUCER_EPOCH,
+    HEAD_BASE_SEQUENCE,
+    HEAD_COUNT,
+) = range(11)
+
+
+@njit(cache=True, nogil=True)
+def _put_be(dest: Arr, p: int, value: int | np.int64, nbytes: int) -> None:
+    """``value``'s low ``nbytes`` bytes, big-endian (two's complement for negatives)."""
+    v = np.int64(value)
+    for i in range(nbytes - 1, -1, -1):
+        dest[p + i] = np.uint8(v & 0xFF)
+        v >>= 8
+
+
+@njit(cache=True, nogil=True)
+def write_batches(
+    src0: Arr, src1: Arr, which: Arr, data_lo: Arr, data_hi: Arr, starts: Arr, head: Arr, dest: Arr
+) -> None:
+    """Header (CRC left 0) then data, for each batch i at ``dest[starts[i]:]``.
+
+    Batch i's data is ``src0[data_lo[i]:data_hi[i]]`` (``which[i] == 0``) or the same of
+    ``src1``; ``head`` columns are the ``HEAD_*`` fields.
+    """
+    for i in range(starts.shape[0]):
+        p = starts[i]
+        _put_be(dest, p, head[i, HEAD_BASE_OFFSET], 8)
+        _put_be(dest, p + 8, head[i, HEAD_LENGTH], 4)
+        _put_be(dest, p + 12, head[i, HEAD_LEADER_EPOCH], 4)
+        dest[p + 16] = MAGIC_V2
+        _put_be(dest, p + 17, 0, 4)
+        _put_be(dest, p + 21, head[i, HEAD_ATTRIBUTES], 2)
+        _put_be(dest, p + 23, head[i, HEAD_LAST_DELTA], 4)
+        _put_be(dest, p + 27, head[i, HEAD_BASE_TIMESTAMP], 8)
+        _put_be(dest, p + 35, head[i, HEAD_MAX_TIMESTAMP], 8)
+        _put_be(dest, p + 43, head[i, HEAD_PRODUCER_ID], 8)
+        _put_be(dest, p + 51, head[i, HEAD_PRODUCER_EPOCH], 2)
+        _put_be(dest, p + 53, head[i, HEAD_BASE_SEQUENCE], 4)
+        _put_be(dest, p + 57, head[i, HEAD_COUNT], 4)
+        lo, hi = data_lo[i], data_hi[i]
+        q = p + HEADER_SIZE
+        if which[i] == 0:
+            dest[q : q + hi - lo] = src0[lo:hi]
+        else:
+            dest[q : q + hi - lo] = src1[lo:hi]
+
+
+@njit(cache=True, nogil=True)
+def _store_crcs(dest: Arr, starts: Arr, crcs: Arr) -> None:
+    for i in range(starts.shape[0]):
+        _put_be(dest, starts[i] + 17, np.int64(crcs[i]), 4)
+
+
+@dataclass(frozen=True)
+class Rebuilt:
+    """Rebuilt batches end to end in ``buf``: batch i is ``buf[starts[i]:ends[i]]``, and
+    ``max_ts[i]`` is the max timestamp its header holds."""
+
+    buf: U8
+    starts: I64
+    ends: I64
+    max_ts: I64
+
+    def batch(self, i: int) -> bytes:
+        return self.buf[int(self.starts[i]) : int(self.ends[i])].tobytes()
+
+
 def rebuild_batches(
     payload: U8,
     records: I64,
@@ -93,64 +175,90 @@ def rebuild_batches(
     batches: I64,
     rows: npt.NDArray[np.intp],
     stamp_horizon: I64,
-) -> list[bytes]:
-    """The rebuilt batch for each batch row in ``rows`` (ascending).
+) -> Rebuilt:
+    """The rebuilt batch for each batch row in ``rows`` (ascending), in that order.
 
     ``kept`` are the indexes of the kept records (ascending), ``kept_batch`` their batch rows;
     every row in ``rows`` has at least one; ``stamp_horizon[row]`` is its new or carried delete
-    horizon, or NO_HORIZON.
+    horizon, or NO_HORIZON. Only compression runs per batch in Python; headers, copies and
+    CRCs are numba kernels that let go of the GIL.
     """
     lo = np.searchsorted(kept_batch, rows, side="left")
     hi = np.searchsorted(kept_batch, rows, side="right")
     counts = hi - lo
     sel = kept[np.isin(kept_batch, rows)]  # both ascending: the kept records of ``rows``
     ts = records[sel, k.R_TIMESTAMP]
-    first = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.intp)
     horizon = stamp_horizon[rows]
     base = np.where(horizon != NO_HORIZON, horizon, ts[first])
-    out = np.empty(int(records[sel, k.R_SIZE].sum()) + _MAX_GROWTH * sel.size, dtype=np.uint8)
-    ends = np.empty(sel.size, dtype=np.int64)
-    splice_records(payload, records, sel, np.repeat(base, counts), out, ends)
-    max_kept_ts = np.maximum.reduceat(ts, first).tolist()
-    starts = np.concatenate(([0], ends[:-1]))
+    spliced = np.empty(int(records[sel, k.R_SIZE].sum()) + _MAX_GROWTH * sel.size, dtype=np.uint8)
+    rec_ends = np.empty(sel.size, dtype=np.int64)
+    splice_records(payload, records, sel, np.repeat(base, counts), spliced, rec_ends)
+    rec_starts = np.concatenate(([0], rec_ends[:-1]))
     sub = batches[rows]
-    # Python ints for the per-batch loop (numpy scalars and enum lookups cost a microsecond each)
-    attrs_l = sub[:, k.B_ATTRIBUTES].tolist()
-    base_l = sub[:, k.B_BASE_OFFSET].tolist()
-    last_l = sub[:, k.B_LAST_OFFSET].tolist()
-    epoch_l = sub[:, k.B_LEADER_EPOCH].tolist()
-    max_ts_l = sub[:, k.B_MAX_TIMESTAMP].tolist()
-    pid_l = sub[:, k.B_PRODUCER_ID].tolist()
-    pepoch_l = sub[:, k.B_PRODUCER_EPOCH].tolist()
-    seq_l = sub[:, k.B_BASE_SEQUENCE].tolist()
-    horizon_l = horizon.tolist()
-    base_ts_l = base.tolist()
-    counts_l = counts.tolist()
-    lo_l = starts[first].tolist()
-    hi_l = ends[first + counts - 1].tolist()
-    mv = out.data
-    result = []
-    for j in range(len(attrs_l)):
-        attrs = attrs_l[j]
-        codec = attrs & ATTR_CODEC_MASK
-        h = horizon_l[j]
-        raw = mv[lo_l[j] : hi_l[j]].tobytes()
-        data = raw if codec == 0 else compress(_CODECS[codec], raw)
-        header = BatchHeader(
-            base_offset=base_l[j],
-            batch_length=HEADER_SIZE - LOG_OVERHEAD + len(data),
-            partition_leader_epoch=epoch_l[j],
-            magic=MAGIC_V2,
-            crc=0,
-            # what attributes_for gives: codec, timestamp type, transactional, control, horizon
-            attributes=(attrs & _KEPT_ATTRIBUTES) | (ATTR_DELETE_HORIZON if h != NO_HORIZON else 0),
-            last_offset_delta=last_l[j] - base_l[j],
-            base_timestamp=base_ts_l[j],
-            max_timestamp=max_ts_l[j] if attrs & ATTR_TIMESTAMP_TYPE else max_kept_ts[j],
-            producer_id=pid_l[j],
-            producer_epoch=pepoch_l[j],
-            base_sequence=seq_l[j],
-            records_count=counts_l[j],
+    attrs = sub[:, k.B_ATTRIBUTES]
+    data_lo = rec_starts[first]
+    data_hi = rec_ends[first + counts - 1]
+    which = np.zeros(rows.size, dtype=np.int8)
+    zipped_buf = _compress_rows(spliced, attrs & ATTR_CODEC_MASK, which, data_lo, data_hi)
+    sizes = HEADER_SIZE + (data_hi - data_lo)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    max_ts = np.where(
+        attrs & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], np.maximum.reduceat(ts, first)
+    )
+    head = np.empty((rows.size, 11), dtype=np.int64)
+    head[:, HEAD_BASE_OFFSET] = sub[:, k.B_BASE_OFFSET]
+    head[:, HEAD_LENGTH] = sizes - LOG_OVERHEAD
+    head[:, HEAD_LEADER_EPOCH] = sub[:, k.B_LEADER_EPOCH]
+    # what attributes_for gives: codec, timestamp type, transactional, control, horizon
+    head[:, HEAD_ATTRIBUTES] = (attrs & _KEPT_ATTRIBUTES) | np.where(
+        horizon != NO_HORIZON, ATTR_DELETE_HORIZON, 0
+    )
+    head[:, HEAD_LAST_DELTA] = sub[:, k.B_LAST_OFFSET] - sub[:, k.B_BASE_OFFSET]
+    head[:, HEAD_BASE_TIMESTAMP] = base
+    head[:, HEAD_MAX_TIMESTAMP] = max_ts
+    head[:, HEAD_PRODUCER_ID] = sub[:, k.B_PRODUCER_ID]
+    head[:, HEAD_PRODUCER_EPOCH] = sub[:, k.B_PRODUCER_EPOCH]
+    head[:, HEAD_BASE_SEQUENCE] = sub[:, k.B_BASE_SEQUENCE]
+    head[:, HEAD_COUNT] = counts
+    dest = np.empty(int(ends[-1]) if rows.size else 0, dtype=np.uint8)
+    write_batches(spliced, zipped_buf, which, data_lo, data_hi, starts, head, dest)
+    _fill_crcs(dest, starts, ends)
+    return Rebuilt(dest, starts, ends, max_ts)
+
+
+def _compress_rows(spliced: U8, codecs: I64, which: Arr, data_lo: I64, data_hi: I64) -> U8:
+    """Compress the records of the compressed batches, end to end in the buffer it returns;
+    points those batches' ``which``/``data_lo``/``data_hi`` at it (in place)."""
+    zipped = np.flatnonzero(codecs != 0)
+    if zipped.size == 0:
+        return _NO_BYTES
+    mv = spliced.data
+    parts = [
+        compress(_CODECS[c], mv[a:b].tobytes())
+        for c, a, b in zip(
+            codecs[zipped].tolist(),
+            data_lo[zipped].tolist(),
+            data_hi[zipped].tolist(),
+            strict=True,
         )
-        result.append(bytes(finish_crc(bytearray(header.pack() + data))))
-    return result
+    ]
+    lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
+    z_ends = np.cumsum(lengths)
+    which[zipped] = 1
+    data_lo[zipped] = z_ends - lengths
+    data_hi[zipped] = z_ends
+    return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def _fill_crcs(dest: U8, starts: I64, ends: I64) -> None:
+    """Each batch's CRC32C over [attributes, end), stored at byte 17."""
+    if crc.AVAILABLE:
+        crcs = np.empty(starts.size, dtype=np.uint64)
+        crc.batch_crcs(dest, starts + CRC_START, ends, crcs)
+        _store_crcs(dest, starts, crcs)
+        return
+    mv = dest.data
+    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+        struct.pack_into(">I", mv, a + 17, crc32c.crc32c(mv[a + CRC_START : b]))

@@ -12,9 +12,12 @@ decoded into Python objects).
 
 from __future__ import annotations
 
-import itertools
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+from numba import njit
 
 from cleanerd.compaction.filter import Action, ChunkDecision
 from cleanerd.compaction.rebuild import rebuild_batches
@@ -34,8 +37,53 @@ APPEND_BYTES = 256 << 10
 """Target size of one append to the cleaned segment (Kafka appends one write buffer at a time)."""
 
 NO_TIMESTAMP = -1
-_COPY = int(Action.COPY)  # plain ints for the per-batch loop (enum lookups are slow)
-_EMPTY = int(Action.EMPTY)
+Arr = npt.NDArray[Any]
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
+
+
+@njit(cache=True, nogil=True)
+def append_groups(sizes: Arr, fill: int, limit: int) -> Arr:
+    """Ends of the appends the batches of ``sizes`` close, after ``fill`` pending bytes.
+
+    Batches are taken whole and in order: one that does not fit in ``limit`` behind what is
+    pending closes the append before it (an end equal to the previous one flushes only what
+    was pending); an append closes as soon as it holds ``limit`` bytes. The batches after the
+    last end stay pending.
+    """
+    ends = np.empty(2 * sizes.shape[0] + 1, dtype=np.int64)
+    n = 0
+    for i in range(sizes.shape[0]):
+        if fill > 0 and fill + sizes[i] > limit:
+            ends[n] = i
+            n += 1
+            fill = 0
+        fill += sizes[i]
+        if fill >= limit:
+            ends[n] = i + 1
+            n += 1
+            fill = 0
+    return ends[:n]
+
+
+@njit(cache=True, nogil=True)
+def gather(
+    src0: Arr, src1: Arr, src2: Arr, which: Arr, pos: Arr, size: Arr, lo: int, dest: Arr
+) -> None:
+    """Batches ``lo..`` end to end into ``dest`` (until it is full): batch i is ``size[i]``
+    bytes at ``pos[i]`` of ``src0``, ``src1`` or ``src2`` as ``which[i]`` says."""
+    q = 0
+    i = lo
+    while q < dest.shape[0]:
+        n = size[i]
+        p = pos[i]
+        if which[i] == 0:
+            dest[q : q + n] = src0[p : p + n]
+        elif which[i] == 1:
+            dest[q : q + n] = src1[p : p + n]
+        else:
+            dest[q : q + n] = src2[p : p + n]
+        q += n
+        i += 1
 
 
 class CleanedSegmentWriter:
@@ -55,20 +103,6 @@ class CleanedSegmentWriter:
         self._largest = -1
         self._max_ts = NO_TIMESTAMP
         self._max_ts_offset = -1
-
-    def _add(self, data: bytes | memoryview, last_offset: int, max_ts: int, ts_offset: int) -> None:
-        """Queue bytes of whole batches; ``ts_offset`` is the offset of their max timestamp."""
-        if self._buf and len(self._buf) + len(data) > APPEND_BYTES:
-            self.flush()
-        if not self._buf and len(data) >= APPEND_BYTES:
-            self._append(data, last_offset, max_ts, ts_offset)  # big piece: no extra copy
-            return
-        self._buf += data
-        self._largest = max(self._largest, last_offset)
-        if max_ts > self._max_ts or self._max_ts_offset < 0:
-            self._max_ts, self._max_ts_offset = max_ts, ts_offset
-        if len(self._buf) >= APPEND_BYTES:
-            self.flush()
 
     def flush(self) -> None:
         """Append what is queued."""
@@ -96,63 +130,86 @@ class CleanedSegmentWriter:
         out = np.flatnonzero(d.action != Action.DROP)
         if out.size == 0:
             return
-        kept_idx = np.flatnonzero(d.keep)
-        kept_rb = d.record_batch[kept_idx]
         actions = d.action[out]
-        copy = actions == Action.COPY
-        rebuild_rows = out[actions == Action.REBUILD]
-        rebuilt: dict[int, bytes] = {}
-        if rebuild_rows.size:
-            built = rebuild_batches(
-                d.payload, d.records, kept_idx, kept_rb, b, rebuild_rows, d.stamp_horizon
+        rows = b[out]
+        which = np.zeros(out.size, dtype=np.int64)  # 0: arr, 1: rebuilt, 2: emptied
+        pos = rows[:, k.B_POS].copy()
+        size = rows[:, k.B_SIZE].copy()
+        max_ts = rows[:, k.B_MAX_TIMESTAMP].copy()
+        rebuilt = _NO_BYTES
+        rb = np.flatnonzero(actions == Action.REBUILD)
+        if rb.size:
+            kept_idx = np.flatnonzero(d.keep)
+            r = rebuild_batches(
+                d.payload,
+                d.records,
+                kept_idx,
+                d.record_batch[kept_idx],
+                b,
+                out[rb],
+                d.stamp_horizon,
             )
-            rebuilt = dict(zip(rebuild_rows.tolist(), built, strict=True))
-        # a new piece starts at every non-copy batch, and at a copy batch after a gap or non-copy
-        starts = np.ones(out.size, dtype=np.bool_)
-        starts[1:] = ~(copy[1:] & copy[:-1] & (np.diff(out) == 1))
-        bounds = [*np.flatnonzero(starts).tolist(), int(out.size)]
-        out_l = out.tolist()
-        actions_l = actions.tolist()
-        last_l = b[:, k.B_LAST_OFFSET].tolist()
-        for s, e in itertools.pairwise(bounds):
-            first = out_l[s]
-            if actions_l[s] == _COPY:
-                self._copy_run(arr, b, first, out_l[e - 1])
-                continue
-            if actions_l[s] == _EMPTY:
-                row = b[first]
-                data = _empty_batch(row)
-                max_ts = int(row[k.B_MAX_TIMESTAMP])
-            else:
-                data = rebuilt[first]
-                max_ts = int.from_bytes(data[35:43], "big", signed=True)
-            last = last_l[first]
-            self._add(data, last, max_ts, last)
+            rebuilt = r.buf
+            which[rb], pos[rb], size[rb], max_ts[rb] = 1, r.starts, r.ends - r.starts, r.max_ts
+        emptied = _NO_BYTES
+        em = np.flatnonzero(actions == Action.EMPTY)
+        if em.size:
+            emptied = np.frombuffer(b"".join(_empty_batch(b[i]) for i in out[em]), np.uint8)
+            which[em], pos[em], size[em] = 2, np.arange(em.size) * k.HEADER_SIZE, k.HEADER_SIZE
+        self._put(
+            _Pieces((arr, rebuilt, emptied), which, pos, size, max_ts, rows[:, k.B_LAST_OFFSET])
+        )
+        copy = actions == Action.COPY
         written = copy | (actions == Action.REBUILD)
         self.stats.messages_written += int(d.kept[out[written]].sum())
         self.stats.add(batches_copied=int(copy.sum()), batches_rebuilt=int(out.size - copy.sum()))
 
-    def _copy_run(self, arr: U8, b: I64, first: int, last: int) -> None:
-        """Batches ``first..last`` (consecutive in ``arr``) as slices of about APPEND_BYTES."""
-        pos = b[first : last + 1, k.B_POS]
-        ends = pos + b[first : last + 1, k.B_SIZE]
-        i = 0
-        n = last - first + 1
-        mv = arr.data
-        while i < n:
-            # batches up to the one that crosses APPEND_BYTES from this piece's start
-            j = int(np.searchsorted(ends, int(pos[i]) + APPEND_BYTES, side="left"))
-            j = min(max(j, i), n - 1)
-            rows = b[first + i : first + j + 1]
-            ts = rows[:, k.B_MAX_TIMESTAMP]
-            top = int(np.argmax(ts))
-            self._add(
-                mv[int(pos[i]) : int(ends[j])],
-                int(rows[-1, k.B_LAST_OFFSET]),
-                int(ts[top]),
-                int(rows[top, k.B_LAST_OFFSET]),
-            )
-            i = j + 1
+    def _put(self, p: _Pieces) -> None:
+        """Append the batches in groups of about ``APPEND_BYTES``; the last group stays queued."""
+        n = int(p.size.shape[0])
+        lo = 0
+        for hi in [*append_groups(p.size, len(self._buf), APPEND_BYTES).tolist(), None]:
+            end = n if hi is None else hi
+            if end > lo:
+                data = p.bytes(lo, end)
+                top = lo + int(np.argmax(p.max_ts[lo:end]))
+                largest, mts, mts_offset = (
+                    int(p.last[end - 1]),
+                    int(p.max_ts[top]),
+                    int(p.last[top]),
+                )
+                if hi is not None and not self._buf:
+                    self._append(data, largest, mts, mts_offset)  # whole: no copy into the queue
+                else:
+                    self._buf += data
+                    self._largest = max(self._largest, largest)
+                    if mts > self._max_ts or self._max_ts_offset < 0:
+                        self._max_ts, self._max_ts_offset = mts, mts_offset
+            if hi is not None:
+                self.flush()
+            lo = end
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """A chunk's output batches in order: batch i is ``srcs[which[i]][pos[i]:][:size[i]]``."""
+
+    srcs: tuple[U8, U8, U8]
+    which: I64
+    pos: I64
+    size: I64
+    max_ts: I64
+    last: I64
+
+    def bytes(self, lo: int, hi: int) -> memoryview:
+        """Batches ``lo..hi-1``: a slice of the source when they lie there end to end."""
+        which, pos = self.which[lo:hi], self.pos[lo:hi]
+        start, stop = int(pos[0]), int(pos[-1] + self.size[hi - 1])
+        if (which == which[0]).all() and stop - start == int(self.size[lo:hi].sum()):
+            return self.srcs[int(which[0])].data[start:stop]
+        dest = np.empty(int(self.size[lo:hi].sum()), dtype=np.uint8)
+        gather(*self.srcs, self.which, self.pos, self.size, lo, dest)
+        return dest.data
 
 
 def _flags(row: I64) -> tuple[bool, bool, bool]:
