@@ -28,8 +28,9 @@ from rich.text import Text
 from cleanerd.cli.config_cmd import load_from_options
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.config_sources import join_listen
-from cleanerd.service.daemon import Daemon, StartupError, run_async
+from cleanerd.service.daemon import Daemon, StartupError
 from cleanerd.service.logging import configure_logging
+from cleanerd.service.runner import run_async
 from cleanerd.service.state import DaemonSnapshot
 from cleanerd.storage.errors import StorageError
 from cleanerd.workload.check import check_survivors

@@ -22,8 +22,9 @@ import click
 from cleanerd.cli.config_cmd import config_options, load_from_options, parse_sets
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.config_sources import join_listen
-from cleanerd.service.daemon import Daemon, StartupError, run_daemon
+from cleanerd.service.daemon import Daemon, StartupError
 from cleanerd.service.logging import configure_logging
+from cleanerd.service.runner import run_daemon
 from cleanerd.storage.errors import StorageError
 
 

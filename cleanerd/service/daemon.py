@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 from cleanerd.compaction.throttle import Throttler
@@ -349,28 +349,3 @@ class Daemon:
                 "no partition has cleanup.policy=compact: nothing will be compacted "
                 "(set log.cleanup.policy or a [topics] table)"
             )
-
-
-def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop factory when uvloop is installed, else None (asyncio's default loop)."""
-    try:
-        import uvloop  # noqa: PLC0415 (optional: no wheel on some platforms)
-    except ImportError:  # pragma: no cover - uvloop is a declared dependency on Linux
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
-def run_async(main: Callable[[], Awaitable[int]]) -> int:
-    """Run ``main()`` on a fresh event loop (uvloop when available); returns its exit code."""
-    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        return runner.run(_call(main))
-
-
-async def _call(main: Callable[[], Awaitable[int]]) -> int:
-    return await main()
-
-
-def run_daemon(make: Callable[[], Daemon]) -> int:
-    """Build the daemon inside the loop and run it until it stops; returns the exit code."""
-    return run_async(lambda: make().run())
