@@ -1,13 +1,12 @@
 """Writing what pass 2 keeps into the ``.cleaned`` segment (reference 3.12, 3.13).
 
-Runs of consecutive COPY batches go out as one slice of the source segment's mapped bytes;
-REBUILD batches are re-encoded with their kept records (same base and last offset, producer
-fields, codec at its default level, timestamp type, leader epoch; the delete horizon stamped or
-carried); EMPTY batches become 61-byte headers. Output is appended in pieces of about
-``APPEND_BYTES``, each one ``LogSegment.append`` (which adds index entries as Kafka's does).
-
-Rebuilt batches come from ``rebuild`` (a numba kernel splices the kept records; no record is
-decoded into Python objects).
+COPY batches are the source segment's bytes as they are; REBUILD batches are re-encoded with
+their kept records (``rebuild``: same base and last offset, producer fields, codec at its default
+level, timestamp type, leader epoch; the delete horizon stamped or carried); EMPTY batches become
+61-byte headers. A chunk's output batches, in order, are cut into appends of about
+``APPEND_BYTES`` (``append_groups``), each one ``LogSegment.append`` (which adds index entries as
+Kafka's does): an append that lies end to end in one source goes out as a slice of it, any other
+is gathered by a kernel. No per-batch Python loop runs, so workers on other threads keep the GIL.
 """
 
 from __future__ import annotations
