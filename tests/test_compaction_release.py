@@ -1,0 +1,84 @@
+"""``batches.release``: a pass drops the mapped pages it is done with (resident memory stays
+about one chunk per segment however large the segment)."""
+
+from __future__ import annotations
+
+import mmap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cleanerd.compaction import batches as batches_mod
+from cleanerd.compaction.batches import iter_chunks, release
+from cleanerd.format.builder import build_batch
+from cleanerd.format.records import Record
+
+PAGE = mmap.PAGESIZE
+
+
+def _rss_kib(arr: np.ndarray) -> int:
+    """Resident KiB of the mapping that holds ``arr`` (from /proc/self/smaps)."""
+    address = arr.ctypes.data
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        head = line.split(" ", 1)[0]
+        if "-" in head and not line.startswith(("Rss", "Size")):
+            try:
+                lo, hi = (int(x, 16) for x in head.split("-"))
+            except ValueError:
+                continue
+            if lo <= address < hi:
+                for detail in lines[i + 1 :]:
+                    if detail.startswith("Rss:"):
+                        return int(detail.split()[1])
+    raise AssertionError("mapping not found in /proc/self/smaps")
+
+
+def _mapped(path: Path) -> np.ndarray:
+    with open(path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return np.frombuffer(mm, dtype=np.uint8)
+
+
+@pytest.fixture
+def segment(tmp_path: Path) -> Path:
+    path = tmp_path / "00000000000000000000.log"
+    with open(path, "wb") as f:
+        for i in range(64):
+            records = [Record(i * 10 + j, 0, b"k%d" % j, bytes(4000)) for j in range(10)]
+            f.write(build_batch(records))
+    return path
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_release_drops_the_pages_of_a_range(segment: Path) -> None:
+    arr = _mapped(segment)
+    int(arr.sum())  # fault every page in
+    full = _rss_kib(arr)
+    assert full >= arr.size // 1024 - PAGE // 1024
+    release(arr, 0, arr.size // 2)
+    half = _rss_kib(arr)
+    assert half <= full // 2 + PAGE // 1024
+    on_disk = np.frombuffer(segment.read_bytes(), np.uint8)
+    assert np.array_equal(arr, on_disk)  # released pages read back from the page cache
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_iter_chunks_keeps_about_one_chunk_resident(
+    segment: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", 40_000)
+    arr = _mapped(segment)
+    peak = 0
+    for _ in iter_chunks(arr, path=str(segment), prev_last_offset=-1):
+        peak = max(peak, _rss_kib(arr))
+    assert arr.size > 5 * 40_000
+    assert peak * 1024 <= 3 * 40_000 + 2 * PAGE
+    assert _rss_kib(arr) * 1024 <= 2 * 40_000 + 2 * PAGE
+
+
+def test_release_ignores_arrays_that_map_no_file() -> None:
+    arr = np.ones(10 * PAGE, dtype=np.uint8)
+    release(arr, 0, arr.size)
+    assert int(arr.sum()) == arr.size
