@@ -280,26 +280,64 @@ def test_a_corrupt_segment_leaves_its_partition_as_it_was(tmp_path: Path) -> Non
 
 # --- choosing partitions and settings ---------------------------------------------------------
 def test_config_file_selects_compacted_topics(tmp_path: Path) -> None:
+    """The daemon's config format (``cleanerd run --config``): daemon settings, broker defaults
+    of topic settings, then ``[topics."glob"]`` tables."""
     logdir = make_log(tmp_path)
     generate(logdir, WorkloadSpec(**{**GEN, "topic": "events"}))
-    config = tmp_path / "topics.toml"
+    config = tmp_path / "cleanerd.toml"
     config.write_text(
-        '[topics."*"]\ncleanup.policy = "delete"\n\n'
-        '[topics."de*"]\n"cleanup.policy" = "compact,delete"\ndelete.retention.ms = 0\n'
+        "log.cleaner.threads = 2\n"
+        'cleanerd.http.listen = "off"\n'
+        'log.cleanup.policy = "delete"\n'
+        "log.cleaner.delete.retention.ms = 0\n\n"
+        '[topics."de*"]\n"cleanup.policy" = "compact,delete"\n'
         "segment.bytes = 100000\nflush.ms = 5\n"
     )
     before = tree_hash(logdir / "events-0")
     result = ok("compact", logdir, "--now", NOW, "--config", config, "--format", "json")
     (line,) = json_lines(result)
     assert line["partition"] == "demo-0"
-    assert line["tombstones_removed"] > 0
+    assert line["tombstones_removed"] > 0  # log.cleaner.delete.retention.ms = 0
     assert "skipped events-0: cleanup.policy=delete" in result.stderr
-    assert "flush.ms is not a cleaner setting" in result.stderr
+    assert 'topics."de*".flush.ms' in result.stderr
+    assert "not used by the cleaner" in result.stderr
     assert tree_hash(logdir / "events-0") == before
     # named partition dirs are compacted whatever their policy
     (named,) = compact_json(logdir / "events-0", "--now", NOW, "--config", config)
     assert named["partition"] == "events-0"
     assert named["records_out"] < named["records_in"]
+
+
+def test_command_line_options_beat_the_config(tmp_path: Path) -> None:
+    config = tmp_path / "cleanerd.toml"
+    config.write_text('log.cleanup.policy = "compact"\n[topics."demo"]\ndelete.retention.ms = 0\n')
+    (from_file,) = compact_json(make_log(tmp_path, "a"), "--now", NOW, "--config", config)
+    (default,) = compact_json(make_log(tmp_path, "b"), "--now", NOW)
+    assert from_file["tombstones_removed"] > default["tombstones_removed"]
+    assert from_file["records_out"] < default["records_out"]  # the latest tombstones went too
+    # --delete-retention-ms beats the topic table: the latest tombstones stay
+    long = "1000000000000"
+    args = ("--now", NOW, "--config", config, "--delete-retention-ms", long)
+    (line,) = compact_json(make_log(tmp_path, "c"), *args)
+    assert line["records_out"] == default["records_out"]
+    # --set beats the file too, and a PARTITION_DIR's topic still gets its table
+    logdir = make_log(tmp_path, "d")
+    args = ("--now", NOW, "--config", config, "--set", f'topics."demo".delete.retention.ms={long}')
+    (line,) = compact_json(logdir / "demo-0", *args)
+    assert line["records_out"] == default["records_out"]
+
+
+def test_environment_is_honoured_without_a_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (default,) = compact_json(make_log(tmp_path, "a"), "--now", NOW)
+    monkeypatch.setenv("CLEANERD_LOG_CLEANER_DELETE_RETENTION_MS", "0")
+    (line,) = compact_json(make_log(tmp_path, "b"), "--now", NOW)  # no file: no policy filter
+    assert line["records_out"] < default["records_out"]  # the latest tombstones went too
+    monkeypatch.setenv("CLEANERD_LOG_CLEANER_DELETE_RETENTION_MS", "-1")
+    result = run("compact", make_log(tmp_path, "c"), "--now", NOW)
+    assert result.exit_code == 2
+    assert "(env CLEANERD_LOG_CLEANER_DELETE_RETENTION_MS)" in result.stderr
 
 
 def test_topic_and_partition_filters(tmp_path: Path) -> None:
@@ -333,13 +371,35 @@ def test_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
 
 def test_bad_config_file_is_a_usage_error(tmp_path: Path) -> None:
     logdir = make_log(tmp_path)
+    before = tree_hash(logdir)
     config = tmp_path / "bad.toml"
-    config.write_text('[topics."demo"]\n"delete.retention.ms" = -5\n')
+    config.write_text(
+        "log.cleaner.min.cleanable.ratio = 2\n"
+        '[topics."demo"]\n"delete.retention.ms" = -5\nsegment.byte = 1\n'
+    )
     result = run("compact", logdir, "--config", config)
     assert result.exit_code == 2
-    assert "delete.retention.ms" in result.stderr
+    lines = result.stderr.splitlines()
+    assert f"error: log.cleaner.min.cleanable.ratio = 2 (file {config}): " in lines[0]
+    assert any(
+        line.startswith(f'error: topics."demo".delete.retention.ms = -5 (file {config}): ')
+        and "at least 0" in line
+        for line in lines
+    ), lines
+    assert any("segment.byte" in line and "did you mean segment.bytes" in line for line in lines)
+    assert "Traceback" not in result.output
     config.write_text("not toml [")
-    assert run("compact", logdir, "--config", config).exit_code == 2
+    result = run("compact", logdir, "--config", config)
+    assert result.exit_code == 2
+    assert f"(file {config})" in result.stderr
+    # tables valid alone but conflicting for one topic: named with both tables
+    config.write_text(
+        '[topics."d*"]\nmin.compaction.lag.ms = 10\n[topics."*o"]\nmax.compaction.lag.ms = 5\n'
+    )
+    result = run("compact", logdir, "--config", config)
+    assert result.exit_code == 2
+    assert '[topics."d*"] + [topics."*o"]' in result.stderr
+    assert tree_hash(logdir) == before
 
 
 def test_min_compaction_lag_leaves_young_segments(tmp_path: Path) -> None:

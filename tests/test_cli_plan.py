@@ -178,20 +178,93 @@ def test_text_table(tmp_path: Path) -> None:
 
 
 def test_config_file_and_named_partitions(tmp_path: Path) -> None:
+    """The daemon's config format: broker defaults of topic settings, then topic tables."""
     logdir = make_logs(tmp_path)
     generate(logdir, WorkloadSpec(**{**SPEC, "topic": "events"}))
-    config = tmp_path / "topics.toml"
+    config = tmp_path / "cleanerd.toml"
     config.write_text(
-        '[topics."demo"]\ncleanup.policy = "compact"\nmin.cleanable.dirty.ratio = 1\n'
+        'log.dirs = ["./elsewhere"]\nlog.cleaner.threads = 2\n'
+        'log.cleanup.policy = "compact"\nlog.cleaner.min.cleanable.ratio = 0.3\n'
+        "log.cleaner.max.compaction.lag.ms = 1000\n\n"
+        '[topics."*"]\nmin.compaction.lag.ms = 0\n\n'
+        '[topics."ev*"]\ncleanup.policy = "delete"\n\n'
+        '[topics."de*"]\nmin.cleanable.dirty.ratio = 1\n'
     )
     result = ok("plan", logdir, "--now", NOW, "--config", config, "--format", "json")
     (row,) = [json.loads(line) for line in result.stdout.splitlines()]
     assert row["partition"] == "demo-0"
-    assert row["min_cleanable_dirty_ratio"] == 1.0
-    assert "skipped events-0" in result.stderr
+    assert row["min_cleanable_dirty_ratio"] == 1.0  # [topics."de*"] over the broker default
+    assert row["must_clean_ratio"] == 1.0  # log.cleaner.max.compaction.lag.ms
+    assert "skipped events-0: cleanup.policy=delete" in result.stderr
     (named,) = plans(logdir / "events-0", "--now", NOW, "--config", config)
     assert named["partition"] == "events-0"
-    assert named["min_cleanable_dirty_ratio"] == 0.5
+    assert named["min_cleanable_dirty_ratio"] == 0.3  # log.cleaner.min.cleanable.ratio
+    # without a config file every partition is planned with Kafka's defaults
+    rows = plans(logdir, "--now", NOW)
+    assert [(r["partition"], r["min_cleanable_dirty_ratio"]) for r in rows] == [
+        ("demo-0", 0.5),
+        ("events-0", 0.5),
+    ]
+
+
+def test_the_example_config_works(tmp_path: Path) -> None:
+    """``config/cleanerd.toml``, as given to ``cleanerd run``, is accepted as it is."""
+    example = Path(__file__).resolve().parents[1] / "config" / "cleanerd.toml"
+    logdir = make_logs(tmp_path)
+    generate(logdir, WorkloadSpec(**{**SPEC, "topic": "orders-1"}))
+    result = ok("plan", logdir, "--now", NOW, "--config", example, "--format", "json")
+    rows = {r["partition"]: r for r in map(json.loads, result.stdout.splitlines())}
+    assert set(rows) == {"demo-0", "orders-1-0"}  # [topics."*"] makes every topic compacted
+    assert rows["demo-0"]["min_cleanable_dirty_ratio"] == 0.5
+    assert rows["orders-1-0"]["min_cleanable_dirty_ratio"] == 0.2
+    assert rows["orders-1-0"]["strategy"] == "header"
+    assert rows["orders-1-0"]["must_clean_ratio"] == 1.0  # max.compaction.lag.ms = 1 hour
+    assert result.stderr == ""
+
+
+def test_command_line_beats_the_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    logdir = make_logs(tmp_path)
+    config = tmp_path / "cleanerd.toml"
+    config.write_text(
+        'log.cleanup.policy = "compact"\n[topics."demo"]\nmin.cleanable.dirty.ratio = 1\n'
+    )
+    args = ("--now", NOW, "--config", config)
+    (row,) = plans(logdir, *args, "--min-cleanable-ratio", "0.1")
+    assert row["min_cleanable_dirty_ratio"] == 0.1
+    (row,) = plans(logdir, *args, "--set", 'topics."demo".min.cleanable.dirty.ratio=0.7')
+    assert row["min_cleanable_dirty_ratio"] == 0.7
+    # CLEANERD_* sets the broker default: the topic's table still wins over it
+    monkeypatch.setenv("CLEANERD_LOG_CLEANER_MIN_CLEANABLE_RATIO", "0.4")
+    (row,) = plans(logdir, *args)
+    assert row["min_cleanable_dirty_ratio"] == 1.0
+    (row,) = plans(logdir, "--now", NOW)
+    assert row["min_cleanable_dirty_ratio"] == 0.4
+    # an option that conflicts with the file's settings: a usage error naming the partition
+    config.write_text('[topics."demo"]\nmax.compaction.lag.ms = 1000\n')
+    result = run("plan", logdir, "--config", config, "--min-compaction-lag-ms", "5000")
+    assert result.exit_code == 2
+    assert "demo-0" in result.stderr
+    assert "max.compaction.lag.ms" in result.stderr
+
+
+def test_bad_config_file_names_setting_and_source(tmp_path: Path) -> None:
+    logdir = make_logs(tmp_path)
+    config = tmp_path / "bad.toml"
+    config.write_text('[topics."demo"]\nmin.cleanable.dirty.ratio = 3\n')
+    result = run("plan", logdir, "--config", config)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f'error: topics."demo".min.cleanable.dirty.ratio = 3 (file {config}): '
+        "must be between 0 and 1"
+    ]
+    config.write_text("log.cleaner.threads = -1\nlog.cleaner.min.cleanable.ratio = 'x'\n")
+    result = run("plan", logdir, "--config", config)
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2
+    assert all(line.startswith("error: ") and f"(file {config})" in line for line in lines)
+    assert "Traceback" not in result.output
 
 
 def test_unreadable_checkpoint_exits_1(tmp_path: Path) -> None:

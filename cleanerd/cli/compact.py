@@ -1,10 +1,13 @@
 """``cleanerd compact``: one-shot compaction of a log dir or of partition dirs.
 
 Which partitions, and with which topic settings, is decided as for ``cleanerd plan`` (see
-``cli.plan``): a LOGDIR means all its partitions, or with ``--config`` only its compacted topics;
-a PARTITION_DIR is always compacted. ``compaction.one_shot`` does the work, one partition after
-another, holding each log dir's ``.lock`` for the whole run (a dry run takes no lock: it only
-reads the real files and writes to its temporary copy).
+``cli.plan``): the settings come from the same config as ``cleanerd run``'s (``--config``,
+``--kafka-properties``, ``CLEANERD_*``, ``--set``), each topic's broker defaults and
+``[topics."glob"]`` tables, with this command's options on top. A LOGDIR means all its
+partitions, or with a config file only its compacted topics; a PARTITION_DIR is always
+compacted. ``compaction.one_shot`` does the work, one partition after another, holding each log
+dir's ``.lock`` for the whole run (a dry run takes no lock: it only reads the real files and
+writes to its temporary copy).
 
 Exit codes: 0 all partitions compacted; 1 a log dir is locked (nothing done) or some partition
 failed (corrupt segment...: that partition is left as it was, the others are compacted); 2 usage.
@@ -35,7 +38,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 
 from cleanerd.cli.options import format_option
-from cleanerd.cli.plan import Job, TopicConfigFile, find_targets, select, target_options
+from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
 from cleanerd.cli.tables import table_console
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
 from cleanerd.compaction.one_shot import (
@@ -102,7 +105,9 @@ def compact(
     topic: str | None,
     partition: int | None,
     now_ms: int | None,
-    config: TopicConfigFile | None,
+    config_file: Path | None,
+    kafka_properties: Path | None,
+    sets: tuple[str, ...],
     strategy: str | None,
     strategy_header: str | None,
     delete_retention_ms: int | None,
@@ -111,8 +116,11 @@ def compact(
     dry_run: bool,
     fmt: str,
 ) -> None:
-    """Compact LOGDIR (all its partitions; with --config only compacted topics) or the
+    """Compact LOGDIR (all its partitions; with a config file only compacted topics) or the
     PARTITION_DIRs named (whatever their policy) as far as Kafka's rules allow at --now.
+
+    Topic settings: the config as `cleanerd run` reads it (broker defaults, [topics."<glob>"]
+    tables, CLEANERD_* environment, --set), then this command's options.
 
     Passes repeat while a dirty range is left, then whole-log passes remove the tombstones and
     transaction markers whose delete horizon has passed (with --delete-retention-ms 0, all).
@@ -127,7 +135,8 @@ def compact(
         "delete.retention.ms": delete_retention_ms,
         "min.compaction.lag.ms": min_compaction_lag_ms,
     }
-    jobs = select(find_targets(paths, topic, partition), config, overrides)
+    selection = load_selection(config_file, kafka_properties, sets)
+    jobs = select(find_targets(paths, topic, partition), selection, overrides)
     _check_jobs(jobs, dedupe_buffer_bytes, strategy)
     if not jobs:
         click.echo("no partitions to compact", err=True)

@@ -76,6 +76,12 @@ def load_from_options(
         _fail(e)
 
 
+def fail_invalid(error: ConfigError) -> NoReturn:
+    """Report an invalid config as ``load_from_options`` does (for errors found later, such as
+    conflicting topic tables): one ``error:`` line per problem on stderr, exit 2."""
+    _fail(error)
+
+
 def _fail(error: ConfigError) -> NoReturn:
     for problem in error.problems:
         click.echo(f"error: {problem.line()}", err=True)

@@ -1,9 +1,15 @@
 """``cleanerd plan``: each partition's cleaning plan, read-only; and what both ``plan`` and
 ``compact`` share: which partitions a command works on, and with which topic settings.
 
-No topic config store yet: a LOGDIR means all its partitions (narrowed by ``--topic`` and
-``--partition``); with ``--config FILE`` (TOML, Kafka topic settings per topic glob) only topics
-whose ``cleanup.policy`` contains ``compact``. A PARTITION_DIR named is always included.
+Topic settings come from the daemon's config, read as ``cleanerd run`` reads it
+(``config.load_config``: defaults < ``--config`` TOML < ``--kafka-properties`` < ``CLEANERD_*``
+environment < ``--set``): the broker defaults of topic settings (``log.cleanup.policy``, ...),
+then each matching ``[topics."glob"]`` table; the command's own options (``--strategy``,
+``--min-cleanable-ratio``, ...) beat them all. An invalid config: one line per problem, exit 2.
+
+A LOGDIR means all its partitions (narrowed by ``--topic`` and ``--partition``); with a config
+file (``--config`` or ``--kafka-properties``) only topics whose ``cleanup.policy`` contains
+``compact``. A PARTITION_DIR named is always included.
 
 ``plan`` writes nothing: opening a ``PartitionLog`` would finish an interrupted swap and rebuild
 bad indexes, so segment metadata comes from a plain walk of the batch headers here.
@@ -15,7 +21,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +31,13 @@ from rich import box
 from rich.filesize import decimal
 from rich.table import Table
 
+from cleanerd.cli.config_cmd import config_options, fail_invalid, load_from_options
 from cleanerd.cli.options import format_option
 from cleanerd.cli.tables import table_console
 from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, plan
-from cleanerd.compaction.topic_settings import KNOWN_SETTINGS, TopicSettings
-from cleanerd.config_sources import flatten
+from cleanerd.compaction.topic_settings import TopicSettings
+from cleanerd.config import ConfigError, LoadedConfig
 from cleanerd.format.reader import I64, U8
 from cleanerd.inspect.files import segment_logs
 from cleanerd.inspect.verify import looks_like_partition_dir
@@ -49,57 +55,6 @@ from cleanerd.storage.swap import leftover_temp_files
 from cleanerd.storage.topic_partition import TopicPartition
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _flatten(table: Mapping[str, Any]) -> dict[str, object]:
-    """The table's settings with dotted names joined back (``flatten``), scalars only."""
-    out = flatten(table)
-    for name, value in out.items():
-        if not isinstance(value, str | int | float | bool):
-            raise ValueError(f"{name}: expected a string or a number, got {value!r}")
-    return out
-
-
-@dataclass(frozen=True)
-class TopicConfigFile:
-    """``[topics."glob"]`` tables of Kafka topic settings; a topic gets every matching table,
-    later tables overriding earlier ones (so put ``"*"`` first)."""
-
-    rules: tuple[tuple[str, dict[str, object]], ...]
-    ignored: tuple[str, ...] = ()  # settings the cleaner does not use
-
-    @classmethod
-    def load(cls, path: Path) -> TopicConfigFile:
-        """Read and validate every table (ValueError naming the file and the table)."""
-        try:
-            doc = tomllib.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            raise ValueError(f"{path}: {e}") from None
-        extra = sorted(set(doc) - {"topics"})
-        topics = doc.get("topics", {})
-        if extra or not isinstance(topics, dict):
-            raise ValueError(f'{path}: expected only [topics."<glob>"] tables, found {extra}')
-        rules, ignored = [], set[str]()
-        for glob, table in topics.items():
-            where = f'{path}: [topics."{glob}"]'
-            if not isinstance(table, dict):
-                raise ValueError(f"{where}: expected a table of Kafka topic settings")
-            try:
-                settings = _flatten(table)
-                TopicSettings.from_kafka(settings)
-            except ValueError as e:
-                raise ValueError(f"{where}: {e}") from None
-            ignored.update(f"{glob}: {name}" for name in settings if name not in KNOWN_SETTINGS)
-            rules.append((glob, settings))
-        return cls(tuple(rules), tuple(sorted(ignored)))
-
-    def lookup(self, topic: str) -> dict[str, object] | None:
-        """Merged settings of the tables matching ``topic``; None when none matches."""
-        found: dict[str, object] | None = None
-        for glob, settings in self.rules:
-            if fnmatch.fnmatchcase(topic, glob):
-                found = {**(found or {}), **settings}
-        return found
 
 
 # --- which partitions ------------------------------------------------------------------------
@@ -142,21 +97,50 @@ def find_targets(paths: tuple[Path, ...], topic: str | None, partition: int | No
 Job = tuple[Target, TopicSettings]
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The topic settings to apply: the daemon's layered config (``config.load_config``) and
+    whether it may leave partitions out (a config file was given: ``--config`` or
+    ``--kafka-properties``; without one every topic has Kafka's default ``cleanup.policy``)."""
+
+    loaded: LoadedConfig
+    by_policy: bool
+
+
+def load_selection(
+    config_file: Path | None, kafka_properties: Path | None, sets: tuple[str, ...]
+) -> Selection:
+    """The config as ``cleanerd run`` reads it (defaults < ``--config`` < ``--kafka-properties``
+    < ``CLEANERD_*`` < ``--set``); an invalid one prints one line per problem and exits 2.
+    Notes (settings the cleaner does not use, ...) go to stderr."""
+    loaded = load_from_options(config_file, kafka_properties, sets)
+    for note in loaded.notes:
+        click.echo(f"note: {note}", err=True)
+    return Selection(loaded, config_file is not None or kafka_properties is not None)
+
+
 def select(
-    targets: list[Target], config: TopicConfigFile | None, overrides: Mapping[str, object | None]
+    targets: list[Target], selection: Selection, overrides: Mapping[str, object | None]
 ) -> list[Job]:
-    """Each target's settings (file, then the command line's ``overrides`` not None). With a
-    config file, partitions of a log dir whose cleanup.policy lacks ``compact`` are left out
-    (a note on stderr says so)."""
+    """Each target's settings: its topic's in the config (broker defaults, then the matching
+    ``[topics."glob"]`` tables), then the command line's ``overrides`` not None. With a config
+    file, partitions of a log dir whose cleanup.policy lacks ``compact`` are left out (a note on
+    stderr says so); a partition dir named on the command line is always kept."""
     jobs: list[Job] = []
+    config = selection.loaded.config
     given = {name: value for name, value in overrides.items() if value is not None}
     for target in targets:
-        base = config.lookup(target.tp.topic) if config is not None else None
+        topic = target.tp.topic
         try:
-            settings = TopicSettings.from_kafka({**(base or {}), **given})
-        except ValueError as e:
-            raise click.UsageError(f"{target.directory.name}: {e}") from None
-        if config is not None and not target.named and not settings.cleaner.compact:
+            settings = config.topic_settings(topic)  # the matching tables may conflict
+        except ConfigError as e:
+            fail_invalid(e)
+        if given:
+            try:
+                settings = TopicSettings.from_kafka({**config.topic_kafka_settings(topic), **given})
+            except ValueError as e:
+                raise click.UsageError(f"{target.directory.name}: {e}") from None
+        if selection.by_policy and not target.named and not settings.cleaner.compact:
             policy = settings.cleaner.cleanup_policy or "(empty)"
             click.echo(f"skipped {target.directory.name}: cleanup.policy={policy}", err=True)
         else:
@@ -164,21 +148,10 @@ def select(
     return jobs
 
 
-def _load_config(_ctx: click.Context, _param: click.Parameter, path: Path | None) -> Any:
-    """``--config``: the parsed file (a TopicConfigFile), or a usage error saying what is wrong."""
-    if path is None:
-        return None
-    try:
-        loaded = TopicConfigFile.load(path)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-    for item in loaded.ignored:
-        click.echo(f"Note: {path}: {item} is not a cleaner setting; ignored", err=True)
-    return loaded
-
-
 def target_options(func: F) -> F:
-    """The arguments and options choosing partitions and their settings, shared by both commands."""
+    """The arguments and options choosing partitions and their settings, shared by both
+    commands; the config options are ``cleanerd run``'s (``config_options``)."""
+    func = config_options(func)
     for option in [
         click.argument(
             "paths",
@@ -191,12 +164,6 @@ def target_options(func: F) -> F:
         click.option("--partition", type=click.IntRange(min=0), help="Only this partition."),
         click.option(
             "--now", "now_ms", type=int, help="Clock in ms since the epoch [default: now]."
-        ),
-        click.option(
-            "--config",
-            type=click.Path(exists=True, dir_okay=False, path_type=Path),
-            callback=_load_config,
-            help='TOML file of Kafka topic settings in [topics."<glob>"] tables.',
         ),
     ][::-1]:
         func = option(func)
@@ -281,7 +248,9 @@ def plan_command(
     topic: str | None,
     partition: int | None,
     now_ms: int | None,
-    config: TopicConfigFile | None,
+    config_file: Path | None,
+    kafka_properties: Path | None,
+    sets: tuple[str, ...],
     min_cleanable_ratio: float | None,
     min_compaction_lag_ms: int | None,
     max_compaction_lag_ms: int | None,
@@ -293,6 +262,10 @@ def plan_command(
     delay, the cleanable range [first dirty, first uncleanable), clean and cleanable bytes, and
     whether Kafka would clean it now. Read-only: writes nothing and takes no lock.
 
+    Topic settings: the config as `cleanerd run` reads it (broker defaults, [topics."<glob>"]
+    tables, CLEANERD_* environment, --set), then this command's options. With a config file,
+    only topics whose cleanup.policy contains compact (a PARTITION_DIR named: always).
+
     Exit status: 0 done; 1 some partition could not be read; 2 usage error.
     """
     overrides = {
@@ -300,7 +273,8 @@ def plan_command(
         "min.compaction.lag.ms": min_compaction_lag_ms,
         "max.compaction.lag.ms": max_compaction_lag_ms,
     }
-    jobs = select(find_targets(paths, topic, partition), config, overrides)
+    selection = load_selection(config_file, kafka_properties, sets)
+    jobs = select(find_targets(paths, topic, partition), selection, overrides)
     now = wall_clock_ms() if now_ms is None else now_ms
     rows: list[dict[str, Any]] = []
     failed = False
