@@ -13,7 +13,7 @@ import ctypes
 import mmap
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import cast
 
 import numpy as np
@@ -271,28 +271,20 @@ def transaction_verdicts(
     return is_control, can_discard
 
 
-def producer_state(
-    segments: Sequence[LogSegment], cache: RecordCache | None = None
-) -> ProducerState:
-    """``PartitionLog.producer_state`` walked a chunk at a time (bounded resident memory).
-
-    Segments that pass 1 read whole are taken from ``cache`` rather than walked again.
-    """
-    state = ProducerState()
-    for seg in segments:
-        arr = seg.view()
-        path = str(seg.log_path)
-        cached = cache.chunks(id(seg)) if cache is not None else None
-        if cached is not None:
-            for batches, _ in cached:
-                state.apply(arr, batches, path)
-            continue
-        prev = seg.base_offset - 1
-        for batches in iter_chunks(
-            arr, path=path, prev_last_offset=prev, check_crc=False, strict=False
-        ):
-            state.apply(arr, batches, path)
-    return state
+def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | None) -> None:
+    """Fold one segment into ``state`` a chunk at a time (bounded resident memory); a segment
+    pass 1 read whole comes from ``cache`` instead (a ``producer_state.SegmentFold``)."""
+    arr, path = seg.view(), str(seg.log_path)
+    cached = cache.chunks(id(seg)) if cache is not None else None
+    chunks: Iterable[I64] = (
+        (batches for batches, _ in cached)
+        if cached is not None
+        else iter_chunks(
+            arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False, strict=False
+        )
+    )
+    for batches in chunks:
+        state.apply(arr, batches, path)
 
 
 def collect_aborted(

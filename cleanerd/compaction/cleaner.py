@@ -44,8 +44,8 @@ import numpy as np
 from cleanerd.compaction import batches as batches_mod
 from cleanerd.compaction.batches import (
     collect_aborted,
+    fold_producers,
     iter_chunks,
-    producer_state,
     release,
     segments_between,
 )
@@ -240,7 +240,7 @@ class Cleaner:
         upper_bound: int,
         cache: RecordCache | None = None,
     ) -> PassContext:
-        state = producer_state(log.segments, cache)
+        state = log.producer_state(lambda seg, into: fold_producers(seg, into, cache))
         return PassContext(
             omap=self.map,
             strategy=strategy,

@@ -19,6 +19,7 @@ from typing import NamedTuple
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.producer_state import fold_segment_kept
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.topic_partition import TopicPartition
 
@@ -37,7 +38,7 @@ class SegmentMeta:
 
     @classmethod
     def from_segment(cls, segment: LogSegment) -> SegmentMeta:
-        next_offset = segment.next_offset()  # maps the file afresh, so the size below is current
+        next_offset = segment.next_offset()  # stats the file, so the size below is current
         return cls(
             base_offset=segment.base_offset,
             size_bytes=segment.size,
@@ -88,17 +89,20 @@ class LogMeta:
         """Snapshot a log's metadata; ``last_stable_offset`` skips the producer-state walk.
 
         The segment list is taken first and the LSO capped at that snapshot's log end, so a
-        writer appending or rolling meanwhile can only make the plan more conservative.
+        writer appending or rolling meanwhile can only make the plan more conservative. The
+        walk keeps the segments' maps (a clean follows) and ``log`` keeps its result, which
+        the clean reuses (``PartitionLog.producer_state``).
         """
         segments = tuple(SegmentMeta.from_segment(s) for s in list(log.segments))
         leo = segments[-1].next_offset
-        lso = log.last_stable_offset() if last_stable_offset is None else last_stable_offset
+        if last_stable_offset is None:
+            last_stable_offset = log.last_stable_offset(fold_segment_kept)
         return cls(
             topic_partition=log.topic_partition,
             segments=segments,
             log_start_offset=log.log_start_offset,
             log_end_offset=leo,
-            last_stable_offset=min(lso, leo),
+            last_stable_offset=min(last_stable_offset, leo),
             checkpoint=checkpoint,
         )
 

@@ -31,7 +31,13 @@ from cleanerd.storage.errors import StorageError
 from cleanerd.storage.leader_epoch import LeaderEpochCache
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
-from cleanerd.storage.producer_state import ProducerState, scan_producer_state
+from cleanerd.storage.producer_state import (
+    ProducerSnapshot,
+    ProducerState,
+    SegmentFold,
+    fold_segment,
+    take_snapshot,
+)
 from cleanerd.storage.rolling import is_idle, jitter_ms, should_roll
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import SegmentWatch, list_logs, open_segment
@@ -89,6 +95,7 @@ class PartitionLog:
         self._tail_checked = False
         self.leader_epochs = LeaderEpochCache(self.directory)
         self._txn_firsts: dict[int, int] | None = None  # producer id -> its open txn's first offset
+        self._producers: ProducerSnapshot | None = None
         self.segments: list[LogSegment] = []
         self._watch = SegmentWatch(self.directory)
         self.writer_lock = PartitionWriterLock(
@@ -173,17 +180,15 @@ class PartitionLog:
         hw = self._checkpointed(REPLICATION_OFFSET_CHECKPOINT)
         return leo if hw is None else min(hw, leo)
 
-    def producer_state(self) -> ProducerState:
-        """Producers and transactions, from a walk over every batch header."""
-        scans = []
-        for seg in list(self.segments):
-            arr = seg.view()
-            scan = seg.scan(check_crc=False, view=arr)
-            scans.append((arr, scan.batches, str(seg.log_path)))
-        return scan_producer_state(scans)
+    def producer_state(self, fold: SegmentFold = fold_segment) -> ProducerState:
+        """Producers and transactions, from a walk over every batch header (``fold`` walks one
+        segment). The last walk is reused while the segments are unchanged (``take_snapshot``)."""
+        snap = take_snapshot(list(self.segments), fold, self._producers)
+        self._producers = snap
+        return snap.state.copy()
 
-    def last_stable_offset(self) -> int:
-        return self.producer_state().last_stable_offset(self.high_watermark)
+    def last_stable_offset(self, fold: SegmentFold = fold_segment) -> int:
+        return self.producer_state(fold).last_stable_offset(self.high_watermark)
 
     def segment_for(self, offset: int) -> int:
         """Index of the segment whose range holds ``offset`` (floor by base offset)."""
@@ -406,6 +411,7 @@ class PartitionLog:
             self.active_segment.flush()
 
     def close(self) -> None:
+        self._producers = None
         with self.writer_lock:
             self.active_segment.flush()
             for seg in self.segments:

@@ -2,12 +2,14 @@
 
 Kafka keeps this in ``ProducerStateManager`` (with snapshots); cleanerd rebuilds it by walking the
 batch headers of a log, which the numba batch walk makes cheap. Only control batches are decoded
-(one record each) to tell COMMIT from ABORT.
+(one record each) to tell COMMIT from ABORT. A ``ProducerSnapshot`` keeps the result with what it
+was walked from, so one cleaning (its plan, then its pass 2) walks the log once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import copy
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -16,6 +18,7 @@ from cleanerd.format import kernels as k
 from cleanerd.format.control import ControlType, EndTransactionMarker, parse_control_key
 from cleanerd.format.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from cleanerd.format.reader import I64, U8, BatchScan, RecordBatch
+from cleanerd.storage.segment import FileKey, LogSegment
 from cleanerd.storage.txnindex import AbortedTxn
 
 
@@ -45,6 +48,11 @@ class ProducerState:
         firsts = [p.current_txn_first_offset for p in self.producers.values()]
         open_firsts = [f for f in firsts if f >= 0]
         return min(open_firsts) if open_firsts else None
+
+    def copy(self) -> ProducerState:
+        """A copy whose entries can change without touching these (transactions are frozen)."""
+        entries = {pid: copy.copy(e) for pid, e in self.producers.items()}
+        return ProducerState(entries, list(self.aborted))
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """Kafka's LSO: the first unstable offset if below the high watermark, else the HW."""
@@ -96,3 +104,64 @@ def scan_producer_state(scans: Iterable[tuple[U8, I64, str | None]]) -> Producer
     for arr, batches, path in scans:
         state.apply(arr, batches, path)
     return state
+
+
+SegmentFold = Callable[[LogSegment, ProducerState], None]
+"""Folds one segment's batches, in offset order, into a producer state. Every fold gives the
+same state (they differ only in how they map and walk), so a snapshot serves them all."""
+
+
+@dataclass(frozen=True, eq=False)
+class ProducerSnapshot:
+    """A log's producer state and the segments (objects and files) it was walked from.
+
+    Writers only append to the active (last) segment and a swap brings new ``LogSegment``
+    objects, so while the objects and their files' keys match, a new walk would find the same.
+    """
+
+    segments: tuple[LogSegment, ...]
+    keys: tuple[FileKey, ...]
+    prefix: ProducerState  # after every segment but the active one
+    state: ProducerState
+
+    def _same(self, segments: tuple[LogSegment, ...], keys: tuple[FileKey, ...], n: int) -> bool:
+        """The first ``n`` segments are the ones walked, unchanged."""
+        if len(segments) != len(self.segments) or keys[:n] != self.keys[:n]:
+            return False
+        return all(a is b for a, b in zip(segments[:n], self.segments[:n], strict=False))
+
+
+def take_snapshot(
+    segments: Sequence[LogSegment], fold: SegmentFold, previous: ProducerSnapshot | None = None
+) -> ProducerSnapshot:
+    """The producer state of ``segments`` (oldest first), reusing ``previous`` where it still
+    holds: whole when nothing changed, all but the active segment when only that one did."""
+    segs = tuple(segments)
+    keys = tuple(s.file_key() for s in segs)  # before the walk: a change during it shows later
+    if previous is not None and previous._same(segs, keys, len(segs)):
+        return previous
+    if previous is not None and previous._same(segs, keys, len(segs) - 1):
+        prefix = previous.prefix
+    else:
+        prefix = ProducerState()
+        for seg, key in zip(segs[:-1], keys, strict=False):
+            if key[1]:  # an empty file has no batches to fold
+                fold(seg, prefix)
+    state = prefix.copy()
+    if segs and keys[-1][1]:
+        fold(segs[-1], state)
+    return ProducerSnapshot(segs, keys, prefix, state)
+
+
+def fold_segment(seg: LogSegment, state: ProducerState) -> None:
+    """Fold a whole segment's batches (no CRC check; the walk ends at the first bad batch),
+    through a map of its own: the pages it touches do not stay in a long-lived log's map."""
+    arr = seg.view(keep=False)
+    state.apply(arr, seg.scan(check_crc=False, view=arr).batches, str(seg.log_path))
+
+
+def fold_segment_kept(seg: LogSegment, state: ProducerState) -> None:
+    """``fold_segment`` through the segment's kept map, for a walk a clean follows: its pass
+    releases the pages, which saves unmapping them twice (about a third of the walk's time)."""
+    arr = seg.view()
+    state.apply(arr, seg.scan(check_crc=False, view=arr).batches, str(seg.log_path))

@@ -1,8 +1,9 @@
 """One log segment: the ``.log`` file with its ``.index``, ``.timeindex`` and ``.txnindex``.
 
 Appends follow Kafka's ``LogSegment.append``: an offset and a time index entry are added before
-a chunk when more than ``index.interval.bytes`` were written since the last entry. Reads map the
-file afresh each time (a writer may have appended since), so they see every complete batch.
+a chunk when more than ``index.interval.bytes`` were written since the last entry. Every read
+stats the file first (a writer may have appended since), so it sees every complete batch; a map
+and the last batch's end are reused while the file is unchanged (writers only append).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from cleanerd.storage.txnindex import TransactionIndex
 
 INT32_MAX = 2**31 - 1
 _EMPTY = np.zeros(0, dtype=np.uint8)
+
+FileKey = tuple[int, int, int]
+"""(inode, size, mtime_ns) of a ``.log`` file: what a cached read of it is valid for."""
 
 
 class LogSegment:
@@ -65,6 +69,8 @@ class LogSegment:
         )
         self._fd: int | None = None
         self._size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._map: tuple[tuple[int, int], U8] | None = None  # ((inode, size), view)
+        self._tail: tuple[tuple[FileKey, int], tuple[int, int]] | None = None  # last_batch_end
         self._bytes_since_index = 0
         self._max_ts_so_far: int | None = None
         self._offset_of_max_ts = base_offset
@@ -98,17 +104,40 @@ class LogSegment:
 
     def refresh_size(self) -> int:
         """Re-read the file size (another writer may have appended)."""
-        self._size = self.log_path.stat().st_size
-        return self._size
+        return self.file_key()[1]
 
-    def view(self) -> U8:
-        """A read-only ``uint8`` view of the whole ``.log`` file (mmapped)."""
-        size = self.refresh_size()
+    def file_key(self) -> FileKey:
+        """The ``.log`` file's (inode, size, mtime_ns) now; refreshes ``size``."""
+        st = os.stat(self.log_path)
+        self._size = st.st_size
+        return st.st_ino, st.st_size, st.st_mtime_ns
+
+    def view(self, *, keep: bool = True) -> U8:
+        """A read-only ``uint8`` view of the whole ``.log`` file (mmapped), kept while the
+        file's inode and size are unchanged (the cleaner's walks release its pages as they go).
+        ``keep=False``: a map of its own, for a walk that would leave the whole file resident."""
+        return self._view(self.file_key(), keep)
+
+    def _view(self, key: FileKey, keep: bool = True) -> U8:
+        ino, size, _ = key
         if size == 0:
             return _EMPTY
-        with open(self.log_path, "rb") as f:
-            mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        return np.frombuffer(mm, dtype=np.uint8)
+        cached = self._map
+        if keep and cached is not None and cached[0] == (ino, size):
+            return cached[1]
+        fd = os.open(self.log_path, os.O_RDONLY)
+        try:
+            st = os.fstat(fd)  # the file we map: a rename since the stat shows here
+            self._size = st.st_size
+            if st.st_size == 0:
+                return _EMPTY
+            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        arr = np.frombuffer(mm, dtype=np.uint8)
+        if keep:
+            self._map = ((st.st_ino, st.st_size), arr)
+        return arr
 
     def scan(
         self, start_position: int = 0, *, check_crc: bool = True, view: U8 | None = None
@@ -118,7 +147,7 @@ class LogSegment:
         ``view`` is a map the caller already holds (so positions refer to that same map).
         """
         return scan_batches(
-            self.view() if view is None else view,
+            self.view(keep=False) if view is None else view,
             start=start_position,
             path=str(self.log_path),
             check_crc=check_crc,
@@ -128,7 +157,7 @@ class LogSegment:
     def read_from(self, offset: int, *, check_crc: bool = True) -> tuple[U8, BatchScan]:
         """Batches from the one holding ``offset`` (index lookup, then a scan)."""
         _, position = self.offset_index.lookup(offset)
-        arr = self.view()
+        arr = self.view(keep=False)
         scan = scan_batches(arr, start=position, path=str(self.log_path), check_crc=check_crc)
         keep = scan.batches[:, k.B_LAST_OFFSET] >= offset
         first = int(np.argmax(keep)) if keep.any() else scan.batches.shape[0]
@@ -137,13 +166,23 @@ class LogSegment:
     def last_batch_end(self) -> tuple[int, int]:
         """(next offset, end position) of the last complete batch, starting at the last index entry.
 
-        The next offset is the base offset when the segment has no complete batch.
+        The next offset is the base offset when the segment has no complete batch. Kept while
+        the file and the index are unchanged: a cleaning asks for it several times.
         """
+        file = self.file_key()
+        key = (file, self.offset_index.entries)
+        tail = self._tail
+        if tail is not None and tail[0] == key:
+            return tail[1]
         _, position = self.offset_index.lookup(2**63 - 1)
-        scan = scan_batches(self.view(), start=position, path=str(self.log_path), check_crc=False)
+        arr = self._view(file)
+        scan = scan_batches(arr, start=position, path=str(self.log_path), check_crc=False)
         if len(scan) == 0:
-            return self.base_offset, position
-        return int(scan.batches[-1, k.B_LAST_OFFSET]) + 1, scan.end
+            result = (self.base_offset, position)
+        else:
+            result = (int(scan.batches[-1, k.B_LAST_OFFSET]) + 1, scan.end)
+        self._tail = (key, result)
+        return result
 
     def next_offset(self) -> int:
         """Offset after the last record of this segment."""
@@ -198,6 +237,7 @@ class LogSegment:
             )
         if not data:
             return
+        self._tail = None  # mtime may tick too coarsely to tell this write from the last
         self._load_max_timestamp()
         if self._size == 0:
             self._rolling_ts = largest_timestamp
@@ -241,6 +281,7 @@ class LogSegment:
             self.txn_index.flush()
 
     def close(self) -> None:
+        self._map = None  # unmapped once no caller holds a view
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -267,6 +308,7 @@ class LogSegment:
         Stops at the first invalid batch; raises CorruptRecordError naming it, so a caller never
         silently drops data.
         """
+        self._tail = None
         self.offset_index.close()
         self.time_index.close()
         for idx in (self.offset_index, self.time_index):
