@@ -1,9 +1,11 @@
 """``cleanerd run``: the daemon's lifecycle around the manager and the workers.
 
 Start: lock every log dir (Kafka's ``.lock``), survey the partitions, bind the HTTP port, then
-tell systemd READY. Run: the manager loop rescans every ``log.cleaner.backoff.ms`` (sooner after a
-cleaning or an admin request), rolls idle active segments past ``max.compaction.lag.ms``, applies
-retention to ``compact,delete`` logs, and wakes the workers. Signals: SIGTERM/SIGINT stop (abort
+tell systemd READY. Run: the manager loop rescans every ``log.cleaner.backoff.ms``, sooner after an
+admin request or when a worker runs out of work after cleanings (not after each cleaning: a survey
+holds the GIL for tens of microseconds per partition, which the workers need); it rolls idle
+active segments past ``max.compaction.lag.ms``, applies retention to ``compact,delete`` logs, and
+wakes the workers. Signals: SIGTERM/SIGINT stop (abort
 the running cleanings at the next batch boundary, wait for them up to the shutdown timeout, exit
 0); SIGHUP reloads the config and applies what can change at run time, keeping the old config when
 the new one is invalid.
@@ -200,6 +202,8 @@ class Daemon:
     # --- the manager loop ---------------------------------------------------------------------
     async def _manager_loop(self) -> None:
         while True:
+            if self.pool is not None:
+                self.pool.survey_started()
             self.manager.apply(await asyncio.to_thread(self.manager.scan))
             changed = await self.maintenance.run()
             self.last_cycle = time.monotonic()
@@ -211,7 +215,7 @@ class Daemon:
             backoff = self.loaded.config.backoff_ms / 1000
             waits = [asyncio.ensure_future(self._rescan.wait())]
             if self.pool is not None:
-                waits.append(asyncio.ensure_future(self.pool.finished.wait()))
+                waits.append(asyncio.ensure_future(self.pool.starved.wait()))
             _, pending = await asyncio.wait(
                 waits, timeout=backoff, return_when=asyncio.FIRST_COMPLETED
             )
@@ -219,7 +223,7 @@ class Daemon:
                 fut.cancel()
             self._rescan.clear()
             if self.pool is not None:
-                self.pool.finished.clear()
+                self.pool.starved.clear()
 
     def _cleaned(self, result: JobResult) -> None:
         self.metrics.observe_clean(result.seconds)

@@ -69,7 +69,9 @@ class WorkerPool:
         self.status: dict[int, WorkerStatus] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._work = asyncio.Event()
-        self.finished = asyncio.Event()  # set after each cleaning ends (the manager rescans)
+        self.starved = asyncio.Event()  # a worker found nothing after cleanings ended: rescan
+        self.cleanings_ended = 0
+        self._ended_at_survey = 0
 
     # --- lifecycle ----------------------------------------------------------------------------
     def resize(self, threads: int) -> None:
@@ -81,6 +83,10 @@ class WorkerPool:
                 self.status[wid] = WorkerStatus(wid)
                 self._tasks[wid] = asyncio.create_task(self._supervise(wid), name=f"worker-{wid}")
         self.wake()
+
+    def survey_started(self) -> None:
+        """The manager begins a survey: cleanings ended so far are in it."""
+        self._ended_at_survey = self.cleanings_ended
 
     def wake(self) -> None:
         """New work may be there (a rescan, an admin request): idle workers try to grab."""
@@ -125,6 +131,9 @@ class WorkerPool:
         while not self.stopping and wid < self.settings.threads:
             grab = self.manager.grab()
             if grab is None:
+                if self.cleanings_ended != self._ended_at_survey:
+                    # a log cleaned since the survey may still be dirty (a full map): replan it
+                    self.starved.set()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._work.wait(), self.settings.backoff_s)
                 continue
@@ -178,7 +187,7 @@ class WorkerPool:
             self._done(wid, grab, result, bound)
         finally:
             self._set(wid, partition=None)
-            self.finished.set()
+            self.cleanings_ended += 1
 
     def _done(self, wid: int, grab: Grab, result: JobResult, bound: Any) -> None:
         stats = result.stats

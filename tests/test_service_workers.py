@@ -1,0 +1,109 @@
+"""The worker pool asks for a rescan only when a worker runs out of work after cleanings ended
+(not after each cleaning: a survey holds the GIL the other workers need)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cleanerd.compaction.throttle import Throttler
+from cleanerd.service.budget import DedupeBudget
+from cleanerd.service.manager import CleanerManager
+from cleanerd.service.workers import PoolSettings, WorkerPool
+from cleanerd.storage.topic_partition import TopicPartition
+from tests.test_service_manager import BUDGET, NOW, OLD, RECENT, Clock, _log, _settings
+
+
+class CountingEvent(asyncio.Event):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def _pool(
+    manager: CleanerManager, cleaned: list[TopicPartition]
+) -> tuple[WorkerPool, CountingEvent]:
+    settings = PoolSettings(
+        threads=1,
+        load_factor=0.9,
+        backoff_s=0.02,
+        retry_attempts=1,
+        retry_backoff_ms=10,
+        retry_backoff_max_ms=10,
+    )
+    pool = WorkerPool(
+        manager,
+        DedupeBudget(BUDGET),
+        Throttler(None),
+        settings,
+        clock_ms=lambda: NOW,
+        on_cleaned=lambda _result: None,
+    )
+    starved = CountingEvent()
+    pool.starved = starved
+    real_done = manager.done
+
+    def done(tp: TopicPartition, outcome: object) -> None:
+        cleaned.append(tp)
+        real_done(tp, outcome)  # type: ignore[arg-type]
+
+    manager.done = done  # type: ignore[method-assign,assignment]
+    return pool, starved
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.asyncio
+async def test_starved_after_the_work_runs_out_not_after_each_cleaning(tmp_path: Path) -> None:
+    for topic in ("a", "b", "c"):
+        _log(tmp_path, topic, [OLD, OLD, RECENT])
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    cleaned: list[TopicPartition] = []
+    pool, starved = _pool(manager, cleaned)
+    pool.survey_started()
+    manager.apply(manager.scan())
+    pool.resize(1)
+    try:
+        await _until(pool.starved.is_set)
+        assert len(cleaned) == 3  # all three cleaned back to back, then one rescan request
+        assert starved.sets == 1
+        # the manager's next cycle: a survey, after which nothing is left to clean
+        pool.starved.clear()
+        pool.survey_started()
+        manager.apply(manager.scan())
+        pool.wake()
+        await asyncio.sleep(0.2)  # several backoffs of a worker finding nothing
+        assert not pool.starved.is_set()
+        assert starved.sets == 1
+        assert pool.cleanings_ended == 3
+    finally:
+        assert await pool.stop(10.0)
+
+
+@pytest.mark.asyncio
+async def test_no_rescan_request_when_nothing_was_cleaned(tmp_path: Path) -> None:
+    _log(tmp_path, "plain-only", [OLD, RECENT])  # delete-only topic: never cleaned
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    pool, starved = _pool(manager, [])
+    pool.survey_started()
+    manager.apply(manager.scan())
+    pool.resize(1)
+    try:
+        await asyncio.sleep(0.2)
+        assert not pool.starved.is_set()
+        assert starved.sets == 0
+        assert pool.cleanings_ended == 0
+    finally:
+        assert await pool.stop(10.0)
