@@ -93,7 +93,8 @@ class PartitionMeta:
 @dataclass(slots=True)
 class _Listing:
     names: list[str] = field(default_factory=list)
-    logs: list[tuple[int, Path, FileStamp]] = field(default_factory=list)
+    # (base offset, path, stamp): paths stay strings, Path objects cost more than the stat
+    logs: list[tuple[int, str, FileStamp]] = field(default_factory=list)
 
 
 def _list(directory: Path) -> _Listing:
@@ -107,7 +108,7 @@ def _list(directory: Path) -> _Listing:
                 base = offset_from_name(entry.name)
             except ValueError:
                 continue
-            out.logs.append((base, Path(entry.path), FileStamp.of(entry.stat())))
+            out.logs.append((base, entry.path, FileStamp.of(entry.stat())))
     out.logs.sort()
     return out
 
@@ -115,7 +116,7 @@ def _list(directory: Path) -> _Listing:
 def _fingerprint(listing: _Listing) -> int:
     """Names of all files and stats of the inactive segments: appends to the active segment do
     not count (they are not what made a cleaning fail), a roll, a swap or a repair does."""
-    inactive = tuple((path.name, st.size, st.mtime_ns) for _, path, st in listing.logs[:-1])
+    inactive = tuple((path, st.size, st.mtime_ns) for _, path, st in listing.logs[:-1])
     return hash((tuple(sorted(listing.names)), inactive))
 
 
@@ -123,10 +124,11 @@ class MetadataCache:
     """Cached segment walks, LSOs and checkpoints across scans; counters for tests and bench."""
 
     def __init__(self) -> None:
-        self._walks: dict[Path, tuple[FileStamp, SegmentWalk]] = {}
+        self._walks: dict[str, tuple[FileStamp, SegmentWalk]] = {}
         self._lso: dict[Path, tuple[object, int | None]] = {}
         self._checkpoints: dict[Path, tuple[FileStamp | None, Mapping[TopicPartition, int]]] = {}
-        self._seen: set[Path] = set()
+        self._seen: set[Path] = set()  # partition dirs this scan read
+        self._seen_logs: set[str] = set()  # segment files this scan read
         self.walks = 0  # segment header walks (full or resumed)
         self.lso_walks = 0  # producer-state walks
         self.checkpoint_reads = 0
@@ -134,10 +136,11 @@ class MetadataCache:
     # --- scans ------------------------------------------------------------------------------
     def begin_scan(self) -> None:
         self._seen = set()
+        self._seen_logs = set()
 
     def end_scan(self) -> None:
         """Forget segments and partitions this scan did not see (deleted, swapped out)."""
-        self._walks = {p: v for p, v in self._walks.items() if p in self._seen}
+        self._walks = {p: v for p, v in self._walks.items() if p in self._seen_logs}
         self._lso = {d: v for d, v in self._lso.items() if d in self._seen}
 
     # --- log dir checkpoints ----------------------------------------------------------------
@@ -231,9 +234,9 @@ class MetadataCache:
             tp, directory, size, fingerprint, log, records, bool(txn), error, notes
         )
 
-    def _segment(self, base: int, path: Path, stamp: FileStamp, *, active: bool) -> SegmentWalk:
+    def _segment(self, base: int, path: str, stamp: FileStamp, *, active: bool) -> SegmentWalk:
         """The segment's walk: cached when unchanged, resumed when it only grew."""
-        self._seen.add(path)
+        self._seen_logs.add(path)
         cached = self._walks.get(path)
         if cached is not None and cached[0] == stamp:
             walk = cached[1]
@@ -244,13 +247,13 @@ class MetadataCache:
                 and (cached[0].size <= stamp.size)
             )
             resume = cached[1] if grew and cached is not None else None
-            result = walk_segment(base, path, torn_tail_ok=True, resume=resume)
+            result = walk_segment(base, Path(path), torn_tail_ok=True, resume=resume)
             self.walks += 1
             walk = result.walk
             self._walks[path] = (FileStamp.of(result.stat), walk)
         return walk if active else settled(walk)
 
-    def _first_unstable(self, directory: Path, txn: list[tuple[Path, FileStamp]]) -> int | None:
+    def _first_unstable(self, directory: Path, txn: list[tuple[str, FileStamp]]) -> int | None:
         """First offset of the oldest open transaction, from the transactional segments only."""
         key = tuple(txn)
         cached = self._lso.get(directory)
@@ -259,8 +262,9 @@ class MetadataCache:
         self.lso_walks += 1
         scans = []
         for path, _ in txn:
-            result = walk_segment(offset_from_name(path.name), path, torn_tail_ok=True)
-            scans.append((result.arr, result.batches, str(path)))
+            base = offset_from_name(os.path.basename(path))
+            result = walk_segment(base, Path(path), torn_tail_ok=True)
+            scans.append((result.arr, result.batches, path))
         unstable = scan_producer_state(scans).first_unstable_offset
         self._lso[directory] = (key, unstable)
         return unstable
