@@ -11,8 +11,11 @@ import pytest
 
 from cleanerd.compaction import batches as batches_mod
 from cleanerd.compaction.batches import iter_chunks, release
+from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint
 from cleanerd.format.builder import build_batch
 from cleanerd.format.records import Record
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog
 
 PAGE = mmap.PAGESIZE
 
@@ -82,3 +85,23 @@ def test_release_ignores_arrays_that_map_no_file() -> None:
     arr = np.ones(10 * PAGE, dtype=np.uint8)
     release(arr, 0, arr.size)
     assert int(arr.sum()) == arr.size
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_planning_leaves_about_one_chunk_of_the_segment_resident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's producer-state walk goes through the segment's kept map (the clean reuses
+    it) a chunk at a time: the pages behind it are released, so planning a big segment does
+    not leave it resident."""
+    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", 64 << 10)
+    log = PartitionLog.create(tmp_path / "t-0", LogConfig())
+    for i in range(300):
+        log.append([Record(0, 0, b"k%d" % (i % 7), bytes(8000))])
+    log.roll()
+    LogMeta.from_log(log, cleaner_checkpoint(log))
+    segment = log.segments[0]
+    kept = segment.view()
+    assert kept.size > 2 << 20
+    assert _rss_kib(kept) * 1024 <= 3 * (64 << 10) + 2 * PAGE
+    log.close()

@@ -16,10 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from cleanerd.compaction.batches import fold_producers
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.producer_state import fold_segment_kept
+from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.topic_partition import TopicPartition
 
@@ -90,13 +91,14 @@ class LogMeta:
 
         The segment list is taken first and the LSO capped at that snapshot's log end, so a
         writer appending or rolling meanwhile can only make the plan more conservative. The
-        walk keeps the segments' maps (a clean follows) and ``log`` keeps its result, which
-        the clean reuses (``PartitionLog.producer_state``).
+        walk goes a chunk at a time through the segments' kept maps, releasing the pages behind
+        it (resident memory stays about a chunk), and ``log`` keeps its result, which the clean
+        reuses (``PartitionLog.producer_state``).
         """
         segments = tuple(SegmentMeta.from_segment(s) for s in list(log.segments))
         leo = segments[-1].next_offset
         if last_stable_offset is None:
-            last_stable_offset = log.last_stable_offset(fold_segment_kept)
+            last_stable_offset = log.last_stable_offset(_fold_chunked)
         return cls(
             topic_partition=log.topic_partition,
             segments=segments,
@@ -348,3 +350,7 @@ def rank(plans: Iterable[CleaningPlan]) -> list[CleaningPlan]:
     logs that are not in progress, paused or marked uncleanable.
     """
     return sorted((p for p in plans if p.is_cleanable), key=_rank_key)
+
+
+def _fold_chunked(seg: LogSegment, state: ProducerState) -> None:
+    fold_producers(seg, state, None)
