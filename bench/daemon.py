@@ -19,11 +19,12 @@ names the file system. Two log dirs of one topic each: ``--partitions`` copies o
   ``--idle-seconds``), for each backoff of ``--idle-backoffs``.
 - throughput: ``--tp-partitions`` partitions of ``--records`` records (10k keys, 100-byte values,
   one rolled segment each), cached in ``--out``; 32 by default, so each worker's first job (its
-  map sized afresh after the warm-up) is a small part of the window. Per run a fresh daemon (backoff 100 ms, ratio
-  0.01) first cleans two small warm-up partitions (kernels loaded, maps allocated), then the big
-  ones are renamed into its log dir. ``window`` is the first job's start to the last job's end
-  (from ``/status``: end wall clock and job seconds, open + plan + clean); ``discovery_to_done``
-  is our rename to the last "log cleaned" line. Best of ``--repeat`` per worker count.
+  map sized afresh after the warm-up) is a small part of the window. Per run a fresh daemon
+  (backoff 100 ms, ratio 0.01) first cleans two small warm-up partitions (kernels loaded, maps
+  allocated), then the big ones are renamed into its log dir. ``window`` is the first job's
+  start to the last job's end (from ``/status``: end wall clock and job seconds, open + plan +
+  clean); ``discovery_to_done`` is our rename to the last "log cleaned" line. Best of
+  ``--repeat`` per worker count.
 
 Prints one JSON document on stdout; progress goes to stderr.
 """
