@@ -73,16 +73,12 @@ def load_from_options(
             config_file=config_file, kafka_properties=kafka_properties, overrides=parse_sets(sets)
         )
     except ConfigError as e:
-        _fail(e)
+        fail_invalid(e)
 
 
 def fail_invalid(error: ConfigError) -> NoReturn:
-    """Report an invalid config as ``load_from_options`` does (for errors found later, such as
-    conflicting topic tables): one ``error:`` line per problem on stderr, exit 2."""
-    _fail(error)
-
-
-def _fail(error: ConfigError) -> NoReturn:
+    """Report an invalid config (also errors found after loading, such as conflicting topic
+    tables): one ``error:`` line per problem on stderr, exit 2."""
     for problem in error.problems:
         click.echo(f"error: {problem.line()}", err=True)
     raise SystemExit(EXIT_INVALID)
@@ -131,7 +127,7 @@ def show(
     try:
         resolved = {topic: resolve_topic(loaded, topic) for topic in topics}
     except ConfigError as e:
-        _fail(e)
+        fail_invalid(e)
     rows = loaded.show()
     if fmt == "json":
         doc = {
