@@ -271,7 +271,7 @@ def transaction_verdicts(
     return is_control, can_discard
 
 
-def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | None) -> None:
+def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | None = None) -> None:
     """Fold one segment into ``state`` a chunk at a time (bounded resident memory); a segment
     pass 1 read whole comes from ``cache`` instead (a ``producer_state.SegmentFold``)."""
     arr, path = seg.view(), str(seg.log_path)

@@ -20,7 +20,6 @@ from cleanerd.compaction.batches import fold_producers
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.topic_partition import TopicPartition
 
@@ -98,7 +97,7 @@ class LogMeta:
         segments = tuple(SegmentMeta.from_segment(s) for s in list(log.segments))
         leo = segments[-1].next_offset
         if last_stable_offset is None:
-            last_stable_offset = log.last_stable_offset(_fold_chunked)
+            last_stable_offset = log.last_stable_offset(fold_producers)
         return cls(
             topic_partition=log.topic_partition,
             segments=segments,
@@ -350,7 +349,3 @@ def rank(plans: Iterable[CleaningPlan]) -> list[CleaningPlan]:
     logs that are not in progress, paused or marked uncleanable.
     """
     return sorted((p for p in plans if p.is_cleanable), key=_rank_key)
-
-
-def _fold_chunked(seg: LogSegment, state: ProducerState) -> None:
-    fold_producers(seg, state, None)
