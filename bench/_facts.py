@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
+import sys
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -70,3 +73,17 @@ def source_version() -> dict[str, Any]:
         "commit": git("rev-parse", "HEAD"),
         "cleanerd_dirty": bool(status) if status is not None else None,
     }
+
+
+def emit(benchmark: str, load_at_start: tuple[float, float, float], **fields: Any) -> None:
+    """Print the benchmark's JSON document on stdout: its name, the date, the machine and the
+    source it ran on, then ``fields`` in order."""
+    doc = {
+        "benchmark": benchmark,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(load_at_start),
+        "source": source_version(),
+        **fields,
+    }
+    json.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")

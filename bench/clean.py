@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-from _facts import machine, source_version  # noqa: E402
+from _facts import emit  # noqa: E402
 
 from cleanerd.compaction.cleaner import Cleaner  # noqa: E402
 from cleanerd.compaction.offset_map import OffsetMap, slot_bytes  # noqa: E402
@@ -491,12 +490,10 @@ def main(argv: list[str] | None = None) -> int:
     for c in codecs:
         Compression.from_label(c)  # reject unknown labels before any work
     results = {c: measure_codec(args, c) for c in codecs}
-    doc = {
-        "benchmark": "clean",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(load_at_start),
-        "source": source_version(),
-        "parameters": {
+    emit(
+        "clean",
+        load_at_start,
+        parameters={
             "records": args.records,
             "keys": args.keys,
             "value_bytes": args.value_bytes,
@@ -510,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": 1,
             "shm": args.shm,
         },
-        "method": (
+        method=(
             "per codec, --repeat runs, each in a fresh subprocess on a fresh tmpfs copy of the "
             "cached partition (one 1M-record segment + an empty active segment), after an "
             "untimed warm-up clean of a small partition (kernels loaded) and, unless "
@@ -523,10 +520,8 @@ def main(argv: list[str] | None = None) -> int:
             "record of each key in the input. Rates count the input records and bytes "
             "(compressed bytes for lz4 and zstd)."
         ),
-        "results": results,
-    }
-    json.dump(doc, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+        results=results,
+    )
     return 0
 
 

@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import shutil
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +52,7 @@ from _daemon_support import (  # noqa: E402
     filesystem_of,
     log,
 )
-from _facts import machine, source_version  # noqa: E402
+from _facts import emit  # noqa: E402
 
 from cleanerd.config import CleanerdConfig  # noqa: E402
 from cleanerd.service.manager import CleanerManager  # noqa: E402
@@ -327,18 +325,14 @@ def main(argv: list[str] | None = None) -> int:
             results["throughput"] = throughput(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    doc = {
-        "benchmark": "daemon",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(load_at_start),
-        "source": source_version(),
-        "parameters": {k: v for k, v in vars(args).items() if k not in ("out", "shm")},
-        "data_dir": str(shm),
-        "data_filesystem": filesystem_of(shm),
-        "results": results,
-    }
-    json.dump(doc, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    emit(
+        "daemon",
+        load_at_start,
+        parameters={k: v for k, v in vars(args).items() if k not in ("out", "shm")},
+        data_dir=str(shm),
+        data_filesystem=filesystem_of(shm),
+        results=results,
+    )
     return 0
 
 

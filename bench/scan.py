@@ -35,7 +35,6 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,7 +48,7 @@ if str(ROOT) not in sys.path:
 import crc32c  # noqa: E402
 import mmh3  # noqa: E402
 import numba  # noqa: E402
-from _facts import machine, source_version  # noqa: E402
+from _facts import emit  # noqa: E402
 from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
 from cleanerd.format import kernels as k  # noqa: E402
@@ -479,12 +478,10 @@ def main(argv: list[str] | None = None) -> int:
             target["met" + suffix] = b["cleanerd"]["records_per_s"] >= TARGET_RECORDS_PER_S and (
                 b.get("ratio") is None or b["ratio"] >= TARGET_RATIO
             )
-    doc = {
-        "benchmark": "scan",
-        "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": machine(load_at_start),
-        "source": source_version(),
-        "parameters": {
+    emit(
+        "scan",
+        load_at_start,
+        parameters={
             "records": args.records,
             "keys": args.keys,
             "value_bytes": args.value_bytes,
@@ -494,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": args.threads,
             "codecs": [c.label for c in codecs],
         },
-        "method": (
+        method=(
             "best of `repeat` timed runs after one untimed warm-up run per measurement, so "
             "numba JIT compile / on-disk cache load and first-touch page faults are excluded "
             "(segments.<codec>.first_decode_seconds is the first untimed decode of each segment; "
@@ -508,12 +505,10 @@ def main(argv: list[str] | None = None) -> int:
             "before timing. ratio = kafka-python seconds / cleanerd seconds. "
             "*_crc runs check every batch's CRC32C, *_nocrc do not. mb_per_s = file bytes / s."
         ),
-        "segments": segments,
-        "results": results,
-        "target": target,
-    }
-    json.dump(doc, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+        segments=segments,
+        results=results,
+        target=target,
+    )
     return 0
 
 
