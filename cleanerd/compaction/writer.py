@@ -204,9 +204,10 @@ class _Pieces:
         """Batches ``lo..hi-1``: a slice of the source when they lie there end to end."""
         which, pos = self.which[lo:hi], self.pos[lo:hi]
         start, stop = int(pos[0]), int(pos[-1] + self.size[hi - 1])
-        if (which == which[0]).all() and stop - start == int(self.size[lo:hi].sum()):
+        total = int(self.size[lo:hi].sum())
+        if (which == which[0]).all() and stop - start == total:
             return self.srcs[int(which[0])].data[start:stop]
-        dest = np.empty(int(self.size[lo:hi].sum()), dtype=np.uint8)
+        dest = np.empty(total, dtype=np.uint8)
         gather(*self.srcs, self.which, self.pos, self.size, lo, dest)
         return dest.data
 
