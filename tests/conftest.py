@@ -3,12 +3,47 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 _TESTS = Path(__file__).resolve().parent
 _REPO = _TESTS.parent
+
+
+# Hypothesis: no wall-clock deadline anywhere (a loaded CI machine makes fsync-heavy examples slow,
+# and a deadline is a timed assertion). "ci" also derandomizes, so a CI failure replays exactly;
+# .ci/run selects it through HYPOTHESIS_PROFILE. Tests set max_examples and health checks only.
+settings.register_profile("default", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# Variables pytest itself sets and clears around each test.
+_PYTEST_OWNED_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+
+
+@pytest.fixture(autouse=True)
+def _environment_unchanged() -> Iterator[None]:
+    """Fail a test that leaves ``os.environ`` changed: a leak couples later tests to it.
+
+    Runs outermost (before ``monkeypatch`` is set up, after it is undone), so what monkeypatch
+    restores does not count; the environment is put back before failing, so one leak does not
+    fail every later test.
+    """
+    before = {k: v for k, v in os.environ.items() if k not in _PYTEST_OWNED_ENV}
+    yield
+    after = {k: v for k, v in os.environ.items() if k not in _PYTEST_OWNED_ENV}
+    if after == before:
+        return
+    changed = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
+    for key in changed:
+        if key in before:
+            os.environ[key] = before[key]
+        else:
+            del os.environ[key]
+    pytest.fail(f"the test left os.environ changed: {', '.join(changed)}", pytrace=False)
 
 
 def find_kafka_fixtures() -> Path:

@@ -350,7 +350,7 @@ _BATCH = st.tuples(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     batch_specs=st.lists(_BATCH, min_size=1, max_size=4), data=st.data(), crc_kernel=st.booleans()
 )

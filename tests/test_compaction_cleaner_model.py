@@ -153,7 +153,6 @@ def _check(log: PartitionLog, expected: dict[int, ModelRecord]) -> None:
 
 @settings(
     max_examples=100,
-    deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(

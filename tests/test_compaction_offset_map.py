@@ -34,7 +34,7 @@ from cleanerd.format.codecs import Compression
 from cleanerd.format.reader import decode_headers, index_batches, scan_batches
 from cleanerd.format.records import Record
 
-FUZZ = settings(max_examples=150, deadline=None)
+FUZZ = settings(max_examples=150)
 TIMESTAMP = StrategyConfig(Strategy.TIMESTAMP)
 HEADER = StrategyConfig(Strategy.HEADER, "v")
 

@@ -412,7 +412,6 @@ STARTS = [int(p) for p in scan_batches(CLEAN).batches[:, k.B_POS]]
 
 @settings(
     max_examples=200,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(

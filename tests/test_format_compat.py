@@ -38,7 +38,6 @@ from cleanerd.format.records import Record
 
 SETTINGS = settings(
     max_examples=120,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 CODECS = list(Compression)

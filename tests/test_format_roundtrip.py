@@ -54,7 +54,6 @@ from cleanerd.format.varint import (
 
 SETTINGS = settings(
     max_examples=150,
-    deadline=None,  # the first call loads (or compiles) the numba kernels
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 U64 = 2**64 - 1

@@ -394,7 +394,7 @@ def increasing_pairs(draw: st.DrawFn) -> list[tuple[int, int]]:
     return list(zip(firsts, seconds, strict=True))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     pairs=increasing_pairs(),
     base=st.integers(0, 2**40),
@@ -420,7 +420,7 @@ def test_offset_index_matches_brute_force(
             assert reopened.lookup(base + rel) == (below[-1] if below else (base, 0))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(
     pairs=increasing_pairs(),
     base=st.integers(0, 2**40),

@@ -25,7 +25,9 @@ _SCRIPT = (
 def test_read_only_package_dir_moves_the_cache_to_the_user_cache(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    # Empty counts as unset; setenv (unlike delenv of an absent name) makes monkeypatch put the
+    # variable back as it was, so the dir the code under test sets does not outlive this test.
+    monkeypatch.setenv("NUMBA_CACHE_DIR", "")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(_jitcache, "_writable", lambda path: False)
     _jitcache.configure_numba_cache()

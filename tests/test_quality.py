@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -91,6 +92,30 @@ def test_ruff_clean() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_clean() -> None:
+    """The formatter's output is the only layout: a diff here means run ``ruff format .``."""
+    result = subprocess.run(
+        [_tool("ruff"), "format", "--check", "--diff", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_test_sets_a_hypothesis_deadline() -> None:
+    """Deadlines are wall-clock assertions; the profile in conftest.py turns them off for all."""
+    offenders = [
+        f"{path.name}:{number}"
+        for path in sorted((REPO / "tests").glob("*.py"))
+        if path.name != "conftest.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\bdeadline\s*=\s*(None|\d|timedelta)", line)
+    ]
+    assert not offenders, offenders
 
 
 def test_mypy_strict_clean() -> None:

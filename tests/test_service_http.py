@@ -27,18 +27,30 @@ class FakeDaemon:
     def __init__(self) -> None:
         self.partitions = {
             TopicPartition("orders", 0): PartitionStatus(
-                TopicPartition("orders", 0), Path("/d"), Path("/d/orders-0"), compacted=True,
-                dirty_ratio=0.5),
+                TopicPartition("orders", 0),
+                Path("/d"),
+                Path("/d/orders-0"),
+                compacted=True,
+                dirty_ratio=0.5,
+            ),
             TopicPartition("users.v2", 3): PartitionStatus(
-                TopicPartition("users.v2", 3), Path("/d"), Path("/d/users.v2-3"),
-                compacted=True, uncleanable=True, last_error="boom"),
+                TopicPartition("users.v2", 3),
+                Path("/d"),
+                Path("/d/users.v2-3"),
+                compacted=True,
+                uncleanable=True,
+                last_error="boom",
+            ),
         }
         self.health = (True, "")
         self.calls: list[tuple[str, TopicPartition]] = []
 
     def snapshot(self) -> DaemonSnapshot:
-        return DaemonSnapshot(now_ms=1000, partitions=tuple(
-            dataclasses.replace(p) for p in self.partitions.values()), ready=True)
+        return DaemonSnapshot(
+            now_ms=1000,
+            partitions=tuple(dataclasses.replace(p) for p in self.partitions.values()),
+            ready=True,
+        )
 
     def healthy(self) -> tuple[bool, str]:
         return self.health
@@ -96,7 +108,9 @@ async def test_metrics_endpoint(server: HttpServer, client: aiohttp.ClientSessio
     families = {f.name: f for f in text_string_to_metric_families(text)}
     dirty = families["cleanerd_partition_dirty_ratio"].samples
     assert {(s.labels["topic"], s.labels["partition"], s.value) for s in dirty} == {
-        ("orders", "0", 0.5), ("users.v2", "3", 0.0)}
+        ("orders", "0", 0.5),
+        ("users.v2", "3", 0.0),
+    }
     assert families["cleanerd_uncleanable_partitions"].samples[0].value == 1
 
 
@@ -126,8 +140,9 @@ async def test_status_json(server: HttpServer, client: aiohttp.ClientSession) ->
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(("action", "state"), [("pause", "paused"), ("resume", "idle"),
-                                               ("clean", "idle")])
+@pytest.mark.parametrize(
+    ("action", "state"), [("pause", "paused"), ("resume", "idle"), ("clean", "idle")]
+)
 async def test_admin_actions_from_loopback(
     server: HttpServer, client: aiohttp.ClientSession, daemon: FakeDaemon, action: str, state: str
 ) -> None:
@@ -146,9 +161,16 @@ async def test_admin_action_reports_uncleanable(
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("path", ["/partitions/nope/0/pause", "/partitions/orders/7/clean",
-                                  "/partitions/orders/0/explode", "/partitions/orders/x/pause",
-                                  "/nowhere"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/partitions/nope/0/pause",
+        "/partitions/orders/7/clean",
+        "/partitions/orders/0/explode",
+        "/partitions/orders/x/pause",
+        "/nowhere",
+    ],
+)
 async def test_not_found(
     server: HttpServer, client: aiohttp.ClientSession, daemon: FakeDaemon, path: str
 ) -> None:
@@ -181,8 +203,10 @@ def test_loopback_peers_are_trusted(peer: str) -> None:
     assert is_trusted(peer, "Bearer wrong", TOKEN)
 
 
-@pytest.mark.parametrize("peer", ["10.0.0.5", "192.168.1.2", "2001:db8::1", "::ffff:10.0.0.1",
-                                  "0.0.0.0", "not-an-ip", None])
+@pytest.mark.parametrize(
+    "peer",
+    ["10.0.0.5", "192.168.1.2", "2001:db8::1", "::ffff:10.0.0.1", "0.0.0.0", "not-an-ip", None],
+)
 def test_remote_peers_need_the_token(peer: str | None) -> None:
     assert not is_trusted(peer, None, None)
     assert not is_trusted(peer, None, TOKEN)
@@ -218,8 +242,9 @@ async def test_remote_admin_refused_without_token(
     remote_server: HttpServer, client: aiohttp.ClientSession, daemon: FakeDaemon
 ) -> None:
     for headers in ({}, {"Authorization": "Bearer nope"}):
-        async with client.post(_url(remote_server, "/partitions/orders/0/pause"),
-                               headers=headers) as resp:
+        async with client.post(
+            _url(remote_server, "/partitions/orders/0/pause"), headers=headers
+        ) as resp:
             assert resp.status == 403
             assert "token" in (await resp.json())["error"]
     assert daemon.calls == []
@@ -232,8 +257,10 @@ async def test_remote_admin_refused_without_token(
 async def test_remote_admin_with_token(
     remote_server: HttpServer, client: aiohttp.ClientSession, daemon: FakeDaemon
 ) -> None:
-    async with client.post(_url(remote_server, "/partitions/orders/0/pause"),
-                           headers={"Authorization": f"Bearer {TOKEN}"}) as resp:
+    async with client.post(
+        _url(remote_server, "/partitions/orders/0/pause"),
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    ) as resp:
         assert resp.status == 200
         assert (await resp.json())["state"] == "paused"
     assert daemon.calls == [("pause", TopicPartition("orders", 0))]

@@ -146,8 +146,11 @@ def test_reconfiguring_moves_existing_loggers() -> None:
     logging.getLogger("lib").warning("three")
     assert [line["event"] for line in _lines(first)] == ["one"]
     assert [line["event"] for line in _lines(second)] == ["two", "three"]
-    ours = [h for h in logging.getLogger().handlers if isinstance(h, logging.StreamHandler)
-            and getattr(h, "stream", None) in (first, second)]
+    ours = [
+        h
+        for h in logging.getLogger().handlers
+        if isinstance(h, logging.StreamHandler) and getattr(h, "stream", None) in (first, second)
+    ]
     assert len(ours) == 1  # the old handler was replaced, not stacked
 
 

@@ -29,8 +29,9 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 def _status(topic: str, partition: int, log_dir: str = "/data/a", **kw: Any) -> PartitionStatus:
     tp = TopicPartition(topic, partition)
     kw.setdefault("compacted", True)
-    return PartitionStatus(tp=tp, log_dir=Path(log_dir), directory=Path(log_dir) / tp.dir_name,
-                           **kw)
+    return PartitionStatus(
+        tp=tp, log_dir=Path(log_dir), directory=Path(log_dir) / tp.dir_name, **kw
+    )
 
 
 def _scrape(
@@ -54,32 +55,74 @@ def _one(samples: Samples, name: str, **labels: str) -> float:
 
 def _busy_snapshot(*, per_partition: bool = True) -> DaemonSnapshot:
     partitions = (
-        _status("orders", 0, dirty_ratio=0.75, compaction_delay_ms=2500, overdue=True,
-                state=CleaningState.IN_PROGRESS, cleanable_bytes=1000),
+        _status(
+            "orders",
+            0,
+            dirty_ratio=0.75,
+            compaction_delay_ms=2500,
+            overdue=True,
+            state=CleaningState.IN_PROGRESS,
+            cleanable_bytes=1000,
+        ),
         _status("orders", 1, dirty_ratio=0.25, state=CleaningState.PAUSED, paused_count=1),
-        _status("users", 0, "/data/b", uncleanable=True, cleanable_bytes=4096,
-                last_error="CorruptRecordError: bad crc"),
+        _status(
+            "users",
+            0,
+            "/data/b",
+            uncleanable=True,
+            cleanable_bytes=4096,
+            last_error="CorruptRecordError: bad crc",
+        ),
         _status("users", 1, "/data/b", uncleanable=True, cleanable_bytes=100),
         _status("logs", 0, "/data/b", compacted=False),
     )
     workers = (
-        WorkerStatus(0, last_buffer_utilization=0.5, last_bytes_read=1000,
-                     last_bytes_written=300, last_clean_seconds=2.5,
-                     last_max_compaction_delay_ms=7250, partition="orders-0"),
-        WorkerStatus(1, alive=False, last_buffer_utilization=0.875, last_bytes_read=3000,
-                     last_bytes_written=700, last_clean_seconds=1.25,
-                     last_max_compaction_delay_ms=1000),
+        WorkerStatus(
+            0,
+            last_buffer_utilization=0.5,
+            last_bytes_read=1000,
+            last_bytes_written=300,
+            last_clean_seconds=2.5,
+            last_max_compaction_delay_ms=7250,
+            partition="orders-0",
+        ),
+        WorkerStatus(
+            1,
+            alive=False,
+            last_buffer_utilization=0.875,
+            last_bytes_read=3000,
+            last_bytes_written=700,
+            last_clean_seconds=1.25,
+            last_max_compaction_delay_ms=1000,
+        ),
     )
-    totals = CleaningTotals(cleanings=7, failures=3, bytes_read=10_000, bytes_written=4_000,
-                            records_removed=55, tombstones_removed=5, markers_removed=2,
-                            unkeyed_records_removed=1, segments_rolled=4, segments_deleted=6,
-                            worker_restarts=1)
+    totals = CleaningTotals(
+        cleanings=7,
+        failures=3,
+        bytes_read=10_000,
+        bytes_written=4_000,
+        records_removed=55,
+        tombstones_removed=5,
+        markers_removed=2,
+        unkeyed_records_removed=1,
+        segments_rolled=4,
+        segments_deleted=6,
+        worker_restarts=1,
+    )
     return DaemonSnapshot(
-        now_ms=1_700_000_010_000, partitions=partitions, workers=workers, totals=totals,
-        max_dirty_ratio=0.75, last_run_ms=1_700_000_007_500, logs_compacted_by_max_lag=2,
-        dedupe_budget_bytes=128 << 20, dedupe_budget_in_use_bytes=16 << 20,
-        throttle_sleep_seconds_total=1.5, last_success_ms=1_700_000_009_000,
-        per_partition_metrics=per_partition, ready=True,
+        now_ms=1_700_000_010_000,
+        partitions=partitions,
+        workers=workers,
+        totals=totals,
+        max_dirty_ratio=0.75,
+        last_run_ms=1_700_000_007_500,
+        logs_compacted_by_max_lag=2,
+        dedupe_budget_bytes=128 << 20,
+        dedupe_budget_in_use_bytes=16 << 20,
+        throttle_sleep_seconds_total=1.5,
+        last_success_ms=1_700_000_009_000,
+        per_partition_metrics=per_partition,
+        ready=True,
     )
 
 
@@ -116,8 +159,10 @@ def test_uncleanable_by_log_dir_with_their_cleanable_bytes() -> None:
 
 def test_partitions_by_state_and_overdue() -> None:
     samples, _ = _scrape(_busy_snapshot())
-    by_state = {state: _one(samples, "cleanerd_partitions", state=state)
-                for state in ("idle", "in_progress", "aborted", "paused", "uncleanable")}
+    by_state = {
+        state: _one(samples, "cleanerd_partitions", state=state)
+        for state in ("idle", "in_progress", "aborted", "paused", "uncleanable")
+    }
     assert by_state == {"idle": 1, "in_progress": 1, "aborted": 0, "paused": 1, "uncleanable": 2}
     assert _one(samples, "cleanerd_overdue_partitions") == 1
 
@@ -126,8 +171,10 @@ def test_per_partition_gauges_on() -> None:
     samples, _ = _scrape(_busy_snapshot(per_partition=True))
     assert _one(samples, "cleanerd_partition_dirty_ratio", topic="orders", partition="0") == 0.75
     assert _one(samples, "cleanerd_partition_dirty_ratio", topic="orders", partition="1") == 0.25
-    assert _one(samples, "cleanerd_partition_compaction_delay_seconds", topic="orders",
-                partition="0") == 2.5
+    assert (
+        _one(samples, "cleanerd_partition_compaction_delay_seconds", topic="orders", partition="0")
+        == 2.5
+    )
     per_partition = {labels for name, labels in samples if name == "cleanerd_partition_dirty_ratio"}
     # the delete-only log has no dirty ratio series
     assert (("partition", "0"), ("topic", "logs")) not in per_partition
@@ -145,12 +192,18 @@ def test_per_partition_gauges_off() -> None:
 def test_counters_budget_and_timestamps() -> None:
     samples, _ = _scrape(_busy_snapshot())
     expected = {
-        "cleanerd_cleanings_total": 7, "cleanerd_failures_total": 3,
-        "cleanerd_bytes_read_total": 10_000, "cleanerd_bytes_written_total": 4_000,
-        "cleanerd_records_removed_total": 55, "cleanerd_tombstones_removed_total": 5,
-        "cleanerd_markers_removed_total": 2, "cleanerd_unkeyed_records_removed_total": 1,
-        "cleanerd_segments_rolled_total": 4, "cleanerd_segments_deleted_total": 6,
-        "cleanerd_worker_restarts_total": 1, "cleanerd_throttle_sleep_seconds_total": 1.5,
+        "cleanerd_cleanings_total": 7,
+        "cleanerd_failures_total": 3,
+        "cleanerd_bytes_read_total": 10_000,
+        "cleanerd_bytes_written_total": 4_000,
+        "cleanerd_records_removed_total": 55,
+        "cleanerd_tombstones_removed_total": 5,
+        "cleanerd_markers_removed_total": 2,
+        "cleanerd_unkeyed_records_removed_total": 1,
+        "cleanerd_segments_rolled_total": 4,
+        "cleanerd_segments_deleted_total": 6,
+        "cleanerd_worker_restarts_total": 1,
+        "cleanerd_throttle_sleep_seconds_total": 1.5,
         "cleanerd_dedupe_budget_bytes": 128 << 20,
         "cleanerd_dedupe_budget_in_use_bytes": 16 << 20,
         "cleanerd_last_success_timestamp_seconds": 1_700_000_009.0,
@@ -159,15 +212,25 @@ def test_counters_budget_and_timestamps() -> None:
 
 
 def test_zero_gauges_without_workers() -> None:
-    snap = DaemonSnapshot(now_ms=50_000, partitions=(_status("t", 0, dirty_ratio=0.9),),
-                          max_dirty_ratio=0.9, last_run_ms=10_000, logs_compacted_by_max_lag=3)
+    snap = DaemonSnapshot(
+        now_ms=50_000,
+        partitions=(_status("t", 0, dirty_ratio=0.9),),
+        max_dirty_ratio=0.9,
+        last_run_ms=10_000,
+        logs_compacted_by_max_lag=3,
+    )
     samples, _ = _scrape(snap)
-    for name in ("cleanerd_max_compaction_delay_seconds",
-                 "cleanerd_num_logs_compacted_by_max_compaction_lag",
-                 "cleanerd_max_buffer_utilization_ratio", "cleanerd_cleaner_recopy_ratio",
-                 "cleanerd_max_clean_time_seconds", "cleanerd_max_dirty_ratio",
-                 "cleanerd_time_since_last_run_seconds", "cleanerd_dead_workers",
-                 "cleanerd_last_success_timestamp_seconds"):
+    for name in (
+        "cleanerd_max_compaction_delay_seconds",
+        "cleanerd_num_logs_compacted_by_max_compaction_lag",
+        "cleanerd_max_buffer_utilization_ratio",
+        "cleanerd_cleaner_recopy_ratio",
+        "cleanerd_max_clean_time_seconds",
+        "cleanerd_max_dirty_ratio",
+        "cleanerd_time_since_last_run_seconds",
+        "cleanerd_dead_workers",
+        "cleanerd_last_success_timestamp_seconds",
+    ):
         assert _one(samples, name) == 0, name
 
 
@@ -212,17 +275,29 @@ def test_metrics_doc_matches_the_exposition() -> None:
         documented.add(doc.name.removesuffix(suffix) if suffix else doc.name)
     assert len(documented) == len(METRICS_DOC)
     assert documented == families
-    for required in ("cleanerd_max_compaction_delay_seconds",
-                     "cleanerd_num_logs_compacted_by_max_compaction_lag",
-                     "cleanerd_max_buffer_utilization_ratio", "cleanerd_cleaner_recopy_ratio",
-                     "cleanerd_max_clean_time_seconds", "cleanerd_max_dirty_ratio",
-                     "cleanerd_time_since_last_run_seconds", "cleanerd_dead_workers",
-                     "cleanerd_uncleanable_partitions", "cleanerd_uncleanable_bytes",
-                     "cleanerd_cleanings_total", "cleanerd_clean_duration_seconds",
-                     "cleanerd_bytes_read_total", "cleanerd_bytes_written_total",
-                     "cleanerd_records_removed_total", "cleanerd_tombstones_removed_total",
-                     "cleanerd_dedupe_budget_bytes", "cleanerd_dedupe_budget_in_use_bytes",
-                     "cleanerd_throttle_sleep_seconds_total",
-                     "cleanerd_last_success_timestamp_seconds", "cleanerd_partition_dirty_ratio",
-                     "cleanerd_partition_compaction_delay_seconds", "cleanerd_build_info"):
+    for required in (
+        "cleanerd_max_compaction_delay_seconds",
+        "cleanerd_num_logs_compacted_by_max_compaction_lag",
+        "cleanerd_max_buffer_utilization_ratio",
+        "cleanerd_cleaner_recopy_ratio",
+        "cleanerd_max_clean_time_seconds",
+        "cleanerd_max_dirty_ratio",
+        "cleanerd_time_since_last_run_seconds",
+        "cleanerd_dead_workers",
+        "cleanerd_uncleanable_partitions",
+        "cleanerd_uncleanable_bytes",
+        "cleanerd_cleanings_total",
+        "cleanerd_clean_duration_seconds",
+        "cleanerd_bytes_read_total",
+        "cleanerd_bytes_written_total",
+        "cleanerd_records_removed_total",
+        "cleanerd_tombstones_removed_total",
+        "cleanerd_dedupe_budget_bytes",
+        "cleanerd_dedupe_budget_in_use_bytes",
+        "cleanerd_throttle_sleep_seconds_total",
+        "cleanerd_last_success_timestamp_seconds",
+        "cleanerd_partition_dirty_ratio",
+        "cleanerd_partition_compaction_delay_seconds",
+        "cleanerd_build_info",
+    ):
         assert required in {d.name for d in METRICS_DOC}, required

@@ -61,5 +61,3 @@ def _integers(settings: Mapping[str, object], names: Mapping[str, str]) -> dict[
             except ValueError:
                 raise ValueError(f"{name} = {raw!r}: must be an integer") from None
     return out
-
-

@@ -17,8 +17,14 @@ import structlog
 from structlog.tracebacks import ExceptionDictTransformer
 from structlog.typing import FilteringBoundLogger, Processor
 
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
-          "warn": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL}
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
 FORMATS = ("auto", "json", "console")
 
 
@@ -74,8 +80,9 @@ def configure_logging(
         renderer = structlog.dev.ConsoleRenderer(colors=_is_tty(out))
     else:
         # structured tracebacks without frame locals: they can hold secrets and bloat lines
-        shared.append(structlog.processors.ExceptionRenderer(
-            ExceptionDictTransformer(show_locals=False)))
+        shared.append(
+            structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
+        )
         renderer = structlog.processors.JSONRenderer(serializer=_dumps)
     structlog.configure(
         processors=[*shared, renderer],

@@ -44,82 +44,183 @@ _LC = "kafka.log:type=LogCleaner,name="
 _LCM = "kafka.log:type=LogCleanerManager,name="
 
 METRICS_DOC: tuple[MetricDoc, ...] = (
-    MetricDoc("cleanerd_max_compaction_delay_seconds", "gauge",
-              "Max over workers of the largest compaction delay past max.compaction.lag.ms seen"
-              " by their last grab (KIP-354).", _LC + "max-compaction-delay-secs"),
-    MetricDoc("cleanerd_num_logs_compacted_by_max_compaction_lag", "gauge",
-              "Logs that needed compaction now because of max.compaction.lag.ms at the last grab"
-              " (KIP-354; Kafka only logs this count).", ""),
-    MetricDoc("cleanerd_max_buffer_utilization_ratio", "gauge",
-              "Max over workers of the last pass's offset map fill (entries / slots).",
-              _LC + "max-buffer-utilization-percent"),
-    MetricDoc("cleanerd_cleaner_recopy_ratio", "gauge",
-              "Bytes written / bytes read, summed over the workers' last passes.",
-              _LC + "cleaner-recopy-percent"),
-    MetricDoc("cleanerd_max_clean_time_seconds", "gauge",
-              "Max over workers of the last pass's duration.", _LC + "max-clean-time-secs"),
-    MetricDoc("cleanerd_max_dirty_ratio", "gauge",
-              "Highest dirty ratio among the candidates of the last grab.",
-              _LCM + "max-dirty-percent"),
-    MetricDoc("cleanerd_time_since_last_run_seconds", "gauge",
-              "Time since the manager last looked for a log to clean.",
-              _LCM + "time-since-last-run-ms"),
+    MetricDoc(
+        "cleanerd_max_compaction_delay_seconds",
+        "gauge",
+        "Max over workers of the largest compaction delay past max.compaction.lag.ms seen"
+        " by their last grab (KIP-354).",
+        _LC + "max-compaction-delay-secs",
+    ),
+    MetricDoc(
+        "cleanerd_num_logs_compacted_by_max_compaction_lag",
+        "gauge",
+        "Logs that needed compaction now because of max.compaction.lag.ms at the last grab"
+        " (KIP-354; Kafka only logs this count).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_max_buffer_utilization_ratio",
+        "gauge",
+        "Max over workers of the last pass's offset map fill (entries / slots).",
+        _LC + "max-buffer-utilization-percent",
+    ),
+    MetricDoc(
+        "cleanerd_cleaner_recopy_ratio",
+        "gauge",
+        "Bytes written / bytes read, summed over the workers' last passes.",
+        _LC + "cleaner-recopy-percent",
+    ),
+    MetricDoc(
+        "cleanerd_max_clean_time_seconds",
+        "gauge",
+        "Max over workers of the last pass's duration.",
+        _LC + "max-clean-time-secs",
+    ),
+    MetricDoc(
+        "cleanerd_max_dirty_ratio",
+        "gauge",
+        "Highest dirty ratio among the candidates of the last grab.",
+        _LCM + "max-dirty-percent",
+    ),
+    MetricDoc(
+        "cleanerd_time_since_last_run_seconds",
+        "gauge",
+        "Time since the manager last looked for a log to clean.",
+        _LCM + "time-since-last-run-ms",
+    ),
     MetricDoc("cleanerd_workers", "gauge", "Worker coroutines (alive or dead).", ""),
-    MetricDoc("cleanerd_dead_workers", "gauge",
-              "Workers that stopped without a shutdown request.", _LC + "DeadThreadCount"),
-    MetricDoc("cleanerd_uncleanable_partitions", "gauge",
-              "Partitions marked uncleanable after repeated failures, by log_dir.",
-              _LCM + "uncleanable-partitions-count,logDirectory=<dir>"),
-    MetricDoc("cleanerd_uncleanable_bytes", "gauge",
-              "Cleanable bytes of the uncleanable partitions, by log_dir.",
-              _LCM + "uncleanable-bytes,logDirectory=<dir>"),
-    MetricDoc("cleanerd_partitions", "gauge",
-              "Partitions by state (idle, in_progress, aborted, paused, uncleanable).", ""),
-    MetricDoc("cleanerd_overdue_partitions", "gauge",
-              "Compacted partitions whose dirty records are older than max.compaction.lag.ms now.",
-              ""),
-    MetricDoc("cleanerd_partition_dirty_ratio", "gauge",
-              "Dirty ratio of each compacted partition (labels topic, partition; off with"
-              " cleanerd.metrics.per.partition=false).", ""),
-    MetricDoc("cleanerd_partition_compaction_delay_seconds", "gauge",
-              "How far each compacted partition is past max.compaction.lag.ms (labels topic,"
-              " partition; off with cleanerd.metrics.per.partition=false).", ""),
-    MetricDoc("cleanerd_dedupe_budget_bytes", "gauge",
-              "Dedupe buffer budget shared by the workers (log.cleaner.dedupe.buffer.size).", ""),
-    MetricDoc("cleanerd_dedupe_budget_in_use_bytes", "gauge",
-              "Part of the dedupe budget lent to workers now.", ""),
-    MetricDoc("cleanerd_last_success_timestamp_seconds", "gauge",
-              "Unix time of the last successful cleaning (0 before the first).", ""),
+    MetricDoc(
+        "cleanerd_dead_workers",
+        "gauge",
+        "Workers that stopped without a shutdown request.",
+        _LC + "DeadThreadCount",
+    ),
+    MetricDoc(
+        "cleanerd_uncleanable_partitions",
+        "gauge",
+        "Partitions marked uncleanable after repeated failures, by log_dir.",
+        _LCM + "uncleanable-partitions-count,logDirectory=<dir>",
+    ),
+    MetricDoc(
+        "cleanerd_uncleanable_bytes",
+        "gauge",
+        "Cleanable bytes of the uncleanable partitions, by log_dir.",
+        _LCM + "uncleanable-bytes,logDirectory=<dir>",
+    ),
+    MetricDoc(
+        "cleanerd_partitions",
+        "gauge",
+        "Partitions by state (idle, in_progress, aborted, paused, uncleanable).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_overdue_partitions",
+        "gauge",
+        "Compacted partitions whose dirty records are older than max.compaction.lag.ms now.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_partition_dirty_ratio",
+        "gauge",
+        "Dirty ratio of each compacted partition (labels topic, partition; off with"
+        " cleanerd.metrics.per.partition=false).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_partition_compaction_delay_seconds",
+        "gauge",
+        "How far each compacted partition is past max.compaction.lag.ms (labels topic,"
+        " partition; off with cleanerd.metrics.per.partition=false).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_dedupe_budget_bytes",
+        "gauge",
+        "Dedupe buffer budget shared by the workers (log.cleaner.dedupe.buffer.size).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_dedupe_budget_in_use_bytes",
+        "gauge",
+        "Part of the dedupe budget lent to workers now.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_last_success_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful cleaning (0 before the first).",
+        "",
+    ),
     MetricDoc("cleanerd_cleanings_total", "counter", "Successful cleanings.", ""),
     MetricDoc("cleanerd_failures_total", "counter", "Failed cleaning attempts.", ""),
-    MetricDoc("cleanerd_bytes_read_total", "counter",
-              "Bytes read by cleanings (including the recopied clean prefix).", ""),
+    MetricDoc(
+        "cleanerd_bytes_read_total",
+        "counter",
+        "Bytes read by cleanings (including the recopied clean prefix).",
+        "",
+    ),
     MetricDoc("cleanerd_bytes_written_total", "counter", "Bytes written by cleanings.", ""),
-    MetricDoc("cleanerd_records_removed_total", "counter",
-              "Records dropped by cleanings.", ""),
-    MetricDoc("cleanerd_tombstones_removed_total", "counter",
-              "Tombstones dropped after delete.retention.ms.", ""),
-    MetricDoc("cleanerd_markers_removed_total", "counter",
-              "Transaction markers dropped by cleanings.", ""),
-    MetricDoc("cleanerd_unkeyed_records_removed_total", "counter",
-              "Records without a key dropped by cleanings.", ""),
-    MetricDoc("cleanerd_segments_rolled_total", "counter",
-              "Idle active segments rolled because of max.compaction.lag.ms.", ""),
-    MetricDoc("cleanerd_segments_deleted_total", "counter",
-              "Segments deleted by retention (cleanup.policy=compact,delete).", ""),
+    MetricDoc("cleanerd_records_removed_total", "counter", "Records dropped by cleanings.", ""),
+    MetricDoc(
+        "cleanerd_tombstones_removed_total",
+        "counter",
+        "Tombstones dropped after delete.retention.ms.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_markers_removed_total", "counter", "Transaction markers dropped by cleanings.", ""
+    ),
+    MetricDoc(
+        "cleanerd_unkeyed_records_removed_total",
+        "counter",
+        "Records without a key dropped by cleanings.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_segments_rolled_total",
+        "counter",
+        "Idle active segments rolled because of max.compaction.lag.ms.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_segments_deleted_total",
+        "counter",
+        "Segments deleted by retention (cleanup.policy=compact,delete).",
+        "",
+    ),
     MetricDoc("cleanerd_worker_restarts_total", "counter", "Crashed workers restarted.", ""),
-    MetricDoc("cleanerd_throttle_sleep_seconds_total", "counter",
-              "Time workers slept in the I/O throttler (log.cleaner.io.max.bytes.per.second).",
-              ""),
-    MetricDoc("cleanerd_clean_duration_seconds", "histogram",
-              "Duration of successful cleanings.", ""),
+    MetricDoc(
+        "cleanerd_throttle_sleep_seconds_total",
+        "counter",
+        "Time workers slept in the I/O throttler (log.cleaner.io.max.bytes.per.second).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_clean_duration_seconds", "histogram", "Duration of successful cleanings.", ""
+    ),
     MetricDoc("cleanerd_build_info", "info", "cleanerd version and Python runtime.", ""),
 )
 
 _HELP = {d.name: d.help for d in METRICS_DOC}
 
-CLEAN_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800,
-                          3600)
+CLEAN_DURATION_BUCKETS = (
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1800,
+    3600,
+)
 """Cleanings range from milliseconds (small logs) to an hour (a full dedupe buffer, throttled)."""
 
 PARTITION_STATES = (*(s.value for s in CleaningState), "uncleanable")
@@ -144,13 +245,19 @@ def _kafka_gauges(s: DaemonSnapshot) -> list[Metric]:
         since_run = max(0, s.now_ms - s.last_run_ms) / 1000
     return [
         _gauge("cleanerd_max_compaction_delay_seconds", s.max_compaction_delay_ms / 1000),
-        _gauge("cleanerd_num_logs_compacted_by_max_compaction_lag",
-               s.logs_compacted_by_max_lag if has_workers else 0),
-        _gauge("cleanerd_max_buffer_utilization_ratio",
-               max((w.last_buffer_utilization for w in workers), default=0.0)),
+        _gauge(
+            "cleanerd_num_logs_compacted_by_max_compaction_lag",
+            s.logs_compacted_by_max_lag if has_workers else 0,
+        ),
+        _gauge(
+            "cleanerd_max_buffer_utilization_ratio",
+            max((w.last_buffer_utilization for w in workers), default=0.0),
+        ),
         _gauge("cleanerd_cleaner_recopy_ratio", written / max(read, 1)),
-        _gauge("cleanerd_max_clean_time_seconds",
-               max((w.last_clean_seconds for w in workers), default=0.0)),
+        _gauge(
+            "cleanerd_max_clean_time_seconds",
+            max((w.last_clean_seconds for w in workers), default=0.0),
+        ),
         _gauge("cleanerd_max_dirty_ratio", s.max_dirty_ratio if has_workers else 0.0),
         _gauge("cleanerd_time_since_last_run_seconds", since_run),
         _gauge("cleanerd_workers", len(workers)),
@@ -174,25 +281,34 @@ def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
         states["uncleanable" if p.uncleanable else p.state.value] += 1
         if p.compacted and p.overdue:
             overdue += 1
-    unclean = GaugeMetricFamily("cleanerd_uncleanable_partitions",
-                                _HELP["cleanerd_uncleanable_partitions"], labels=["log_dir"])
-    ubytes = GaugeMetricFamily("cleanerd_uncleanable_bytes", _HELP["cleanerd_uncleanable_bytes"],
-                               labels=["log_dir"])
+    unclean = GaugeMetricFamily(
+        "cleanerd_uncleanable_partitions",
+        _HELP["cleanerd_uncleanable_partitions"],
+        labels=["log_dir"],
+    )
+    ubytes = GaugeMetricFamily(
+        "cleanerd_uncleanable_bytes", _HELP["cleanerd_uncleanable_bytes"], labels=["log_dir"]
+    )
     for log_dir in sorted(count):
         unclean.add_metric([log_dir], count[log_dir])
         ubytes.add_metric([log_dir], unclean_bytes[log_dir])
-    by_state = GaugeMetricFamily("cleanerd_partitions", _HELP["cleanerd_partitions"],
-                                 labels=["state"])
+    by_state = GaugeMetricFamily(
+        "cleanerd_partitions", _HELP["cleanerd_partitions"], labels=["state"]
+    )
     for state, n in states.items():
         by_state.add_metric([state], n)
     out: list[Metric] = [unclean, ubytes, by_state, _gauge("cleanerd_overdue_partitions", overdue)]
     if s.per_partition_metrics:
-        dirty = GaugeMetricFamily("cleanerd_partition_dirty_ratio",
-                                  _HELP["cleanerd_partition_dirty_ratio"],
-                                  labels=["topic", "partition"])
-        delay = GaugeMetricFamily("cleanerd_partition_compaction_delay_seconds",
-                                  _HELP["cleanerd_partition_compaction_delay_seconds"],
-                                  labels=["topic", "partition"])
+        dirty = GaugeMetricFamily(
+            "cleanerd_partition_dirty_ratio",
+            _HELP["cleanerd_partition_dirty_ratio"],
+            labels=["topic", "partition"],
+        )
+        delay = GaugeMetricFamily(
+            "cleanerd_partition_compaction_delay_seconds",
+            _HELP["cleanerd_partition_compaction_delay_seconds"],
+            labels=["topic", "partition"],
+        )
         for p in s.partitions:
             if p.compacted:  # a delete-only log has no dirty ratio
                 labels = [p.tp.topic, str(p.tp.partition)]
@@ -207,8 +323,10 @@ def _budget_and_counters(s: DaemonSnapshot) -> list[Metric]:
     return [
         _gauge("cleanerd_dedupe_budget_bytes", s.dedupe_budget_bytes),
         _gauge("cleanerd_dedupe_budget_in_use_bytes", s.dedupe_budget_in_use_bytes),
-        _gauge("cleanerd_last_success_timestamp_seconds",
-               0.0 if s.last_success_ms is None else s.last_success_ms / 1000),
+        _gauge(
+            "cleanerd_last_success_timestamp_seconds",
+            0.0 if s.last_success_ms is None else s.last_success_ms / 1000,
+        ),
         _counter("cleanerd_cleanings_total", t.cleanings),
         _counter("cleanerd_failures_total", t.failures),
         _counter("cleanerd_bytes_read_total", t.bytes_read),
@@ -255,11 +373,13 @@ class DaemonMetrics:
             registry=self.registry,
         )
         build = Info("cleanerd_build", _HELP["cleanerd_build_info"], registry=self.registry)
-        build.info({
-            "version": cleanerd.__version__,
-            "python": platform.python_version(),
-            "implementation": platform.python_implementation(),
-        })
+        build.info(
+            {
+                "version": cleanerd.__version__,
+                "python": platform.python_version(),
+                "implementation": platform.python_implementation(),
+            }
+        )
 
     def observe_clean(self, seconds: float) -> None:
         """Record one successful cleaning's duration (thread-safe)."""
