@@ -282,7 +282,8 @@ def test_txn_index_without_abort_marker(part: Path) -> None:
         (entry,) = txns.all_aborted()
         txns.append(AbortedTxn(PID, entry.last_offset, entry.last_offset + 1, 0))
     problem = only(part, "txn-index", path)
-    assert f"no ABORT marker at offset {entry.last_offset + 1}" in problem["message"]
+    want = f"no ABORT marker of producer {PID} at offset {entry.last_offset + 1}"
+    assert want in problem["message"]
 
 
 def test_bad_checkpoints(logdir: Path, part: Path) -> None:

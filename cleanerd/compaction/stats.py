@@ -28,6 +28,7 @@ _COUNTERS = (
     "map_messages_read",
     "invalid_messages_read",
     "tombstones_removed",
+    "txn_indexes_rebuilt",
     "markers_removed",
     "aborted_records_removed",
     "batches_copied",
@@ -72,6 +73,8 @@ class CleanerStats:
     batches_dropped_without_decompressing: int = 0
     anomalous_version_headers: int = 0  # header strategy: version header of the wrong length
     passes: int = 0  # completed passes: ``all_done`` counts one
+    txn_indexes_rebuilt: int = 0  # .txnindex files that disagreed with the ABORT markers
+    txn_index_problems: tuple[str, ...] = ()  # what they said wrong, file and entry named
 
     def __post_init__(self) -> None:
         if math.isnan(self.start_time):
@@ -194,6 +197,7 @@ class CleanerStats:
             map_complete_time=start + self.map_elapsed_s + other.map_elapsed_s,
             end_time=start + self.elapsed_s + other.elapsed_s,
             buffer_utilization=max(self.buffer_utilization, other.buffer_utilization),
+            txn_index_problems=self.txn_index_problems + other.txn_index_problems,
         )
         for name in _COUNTERS:
             setattr(merged, name, getattr(self, name) + getattr(other, name))
@@ -245,6 +249,11 @@ class CleanerStats:
             "recopy_ratio": round(self.recopy_ratio, 6),
             "buffer_utilization": self.buffer_utilization,
             **{name: getattr(self, name) for name in _COUNTERS},
+            **(
+                {"txn_index_problems": list(self.txn_index_problems)}
+                if self.txn_index_problems
+                else {}
+            ),
         }
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cleanerd.inspect.files import base_offset_of, segment_logs
+from cleanerd.format.errors import CorruptRecordError
+from cleanerd.inspect.files import base_offset_of, map_readonly, segment_logs
 from cleanerd.inspect.segment_checks import Problem, SegmentResult, check_segment
+from cleanerd.storage import txn_check
 from cleanerd.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     OFFSET_CHECKPOINTS,
@@ -25,7 +27,10 @@ from cleanerd.storage.files import (
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
 )
+from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
+from cleanerd.storage.producer_state import ProducerState
+from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.swap import leftover_temp_files
 
 LOG_DIR = "log_dir"
@@ -205,7 +210,34 @@ def verify_partition(directory: Path) -> PartitionReport:
         except OSError as exc:
             report.own_problems.append(Problem(str(log), "unreadable", str(exc)))
     _check_across_segments(report)
+    _check_txn_indexes(directory, [s.base_offset for s in report.segments], report)
     return report
+
+
+def _fold_checked(seg: LogSegment, state: ProducerState) -> None:
+    """Fold a segment's valid batches (CRC checked: a bad one ends it, ``check_segment`` has
+    reported it) into the producer state."""
+    arr = map_readonly(seg.log_path)
+    state.apply(arr, seg.scan(view=arr).batches, str(seg.log_path))
+
+
+def _check_txn_indexes(directory: Path, bases: list[int], report: PartitionReport) -> None:
+    """Every ``.txnindex`` against the ABORT markers of the whole log (``storage.txn_check``):
+    a missing, extra or wrong entry is how aborted data passes for committed."""
+    segments = [LogSegment(directory, base, LogConfig()) for base in bases]  # reads only
+    state = ProducerState()
+    try:
+        for seg in segments:
+            _fold_checked(seg, state)
+    except (OSError, CorruptRecordError) as exc:  # reported by the segment checks already
+        report.own_notes.append(
+            Problem(str(directory), "txn-index", f"not checked against the markers: {exc}")
+        )
+        return
+    results = {r.base_offset: r for r in report.segments}
+    for problem in txn_check.find_problems(segments, state):
+        if problem.kind != txn_check.CORRUPT:  # the segment check reported it
+            results[problem.base_offset].add(problem.path, "txn-index", problem.message)
 
 
 def _check_across_segments(report: PartitionReport) -> None:

@@ -20,8 +20,10 @@ import numpy as np
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch, build_end_txn_marker, set_base_offset
 from cleanerd.format.codecs import Compression
-from cleanerd.format.reader import RecordBatch, scan_batches
+from cleanerd.format.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from cleanerd.format.reader import BatchScan, RecordBatch, scan_batches
 from cleanerd.format.records import Record
+from cleanerd.storage import txn_check
 from cleanerd.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -32,6 +34,7 @@ from cleanerd.storage.leader_epoch import LeaderEpochCache
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.producer_state import (
+    ProducerEntry,
     ProducerSnapshot,
     ProducerState,
     SegmentFold,
@@ -44,7 +47,6 @@ from cleanerd.storage.segment_list import SegmentWatch, list_logs, open_segment
 from cleanerd.storage.segment_times import complete_time_index
 from cleanerd.storage.swap import RecoveryReport, recover_temp_files, replace_segments
 from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.storage.txnindex import AbortedTxn
 from cleanerd.storage.writer_lock import PartitionWriterLock
 
 
@@ -66,6 +68,7 @@ class LoadReport:
 
     recovery: RecoveryReport = field(default_factory=RecoveryReport)
     rebuilt_indexes: list[str] = field(default_factory=list)
+    rebuilt_txn_indexes: list[str] = field(default_factory=list)
     truncated_tail_bytes: int = 0
 
 
@@ -96,6 +99,7 @@ class PartitionLog:
         self.leader_epochs = LeaderEpochCache(self.directory)
         self._txn_firsts: dict[int, int] | None = None  # producer id -> its open txn's first offset
         self._producers: ProducerSnapshot | None = None
+        self._txn_rebuilds: set[int] = set()  # segments whose indexes were rebuilt on open
         self.segments: list[LogSegment] = []
         self._watch = SegmentWatch(self.directory)
         self.writer_lock = PartitionWriterLock(
@@ -122,12 +126,25 @@ class PartitionLog:
         self.report.recovery = recover_temp_files(self.directory, self.config)
         bases = sorted(list_logs(self.directory))
         self.segments = [self._open_segment(base) for base in bases] or [self._first_segment()]
+        self._rebuild_txn_indexes()
 
     def _open_segment(self, base: int) -> LogSegment:
         seg, rebuilt = open_segment(self.directory, base, self.config, self.clock())
         if rebuilt is not None:
             self.report.rebuilt_indexes.append(rebuilt)
+            self._txn_rebuilds.add(base)
         return seg
+
+    def _rebuild_txn_indexes(self) -> None:
+        """Kafka's recovery rebuilds all three indexes of a segment: the ``.txnindex`` of each
+        segment whose other indexes were rebuilt comes from the ABORT markers, through the
+        producer state of the whole log (a transaction may start in an earlier segment)."""
+        if not self._txn_rebuilds:
+            return
+        pending, self._txn_rebuilds = self._txn_rebuilds, set()
+        state = self.producer_state()
+        for path in txn_check.rebuild(self.segments, state, pending):
+            self.report.rebuilt_txn_indexes.append(path.name)
 
     def _first_segment(self) -> LogSegment:
         start = self._checkpointed(LOG_START_OFFSET_CHECKPOINT) or 0
@@ -141,6 +158,7 @@ class PartitionLog:
                 self.segments = fresh or [self._first_segment()]
                 self._tail_checked = False  # a writer that died may have left a torn tail
                 self._txn_firsts = None
+                self._rebuild_txn_indexes()
 
     def _publish(self) -> None:
         """Outermost lock release: buffered index entries go to disk for other processes."""
@@ -189,6 +207,19 @@ class PartitionLog:
 
     def last_stable_offset(self, fold: SegmentFold = fold_segment) -> int:
         return self.producer_state(fold).last_stable_offset(self.high_watermark)
+
+    def check_txn_indexes(
+        self, fold: SegmentFold = fold_segment, *, repair: bool = True
+    ) -> list[txn_check.TxnIndexProblem]:
+        """Each ``.txnindex`` against the log's ABORT markers (``txn_check``); with ``repair``
+        the indexes that disagree are rebuilt from the markers. The cleaner calls this before
+        it trusts the indexes: no cleaning may take an aborted transaction for committed."""
+        with self.writer_lock:
+            state = self.producer_state(fold)
+            problems = txn_check.find_problems(self.segments, state)
+            if problems and repair:
+                txn_check.rebuild(self.segments, state, {p.base_offset for p in problems})
+            return problems
 
     def segment_for(self, offset: int) -> int:
         """Index of the segment whose range holds ``offset`` (floor by base offset)."""
@@ -250,10 +281,7 @@ class PartitionLog:
                 log_append_time=log_append_time,
                 partition_leader_epoch=epoch,
             )
-            info = self._append_bytes(data)
-            if transactional and producer_id >= 0:
-                self._open_txns().setdefault(producer_id, info.first_offset)
-            return info
+            return self._append_tracked(data)
 
     def append_marker(
         self,
@@ -268,7 +296,6 @@ class PartitionLog:
         """Append a COMMIT or ABORT marker; an ABORT gets its ``.txnindex`` entry, as in Kafka."""
         with self.writer_lock:
             offset = self._prepare_append()
-            txns = self._open_txns()  # before the append: the rescan must not see this marker
             data = build_end_txn_marker(
                 commit=commit,
                 offset=offset,
@@ -278,14 +305,7 @@ class PartitionLog:
                 coordinator_epoch=coordinator_epoch,
                 partition_leader_epoch=self.leader_epochs.assign(leader_epoch, offset),
             )
-            info = self._append_bytes(data)
-            first = txns.pop(producer_id, None)
-            if not commit and first is not None:  # LSO then: oldest other open txn, else after us
-                lso = min(txns.values(), default=info.last_offset + 1)
-                self.active_segment.txn_index.append(
-                    AbortedTxn(producer_id, first, info.last_offset, lso)
-                )
-            return info
+            return self._append_tracked(data)
 
     def append_batches(self, data: bytes, *, leader_epoch: int | None = None) -> AppendInfo:
         """Append ready-made v2 batches (validated: CRC, lengths), moved to the log end."""
@@ -304,8 +324,7 @@ class PartitionLog:
                 set_base_offset(out, next_offset, pos)
                 out[pos + 12 : pos + 16] = epoch.to_bytes(4, "big", signed=True)
                 next_offset += int(b[i, k.B_LAST_OFFSET] - b[i, k.B_BASE_OFFSET]) + 1
-            info = self._append_bytes(bytes(out))
-            self._txn_firsts = None  # may open or end transactions: rescan when next needed
+            info = self._append_tracked(bytes(out))
             return AppendInfo(first, info.last_offset)
 
     def _prepare_append(self) -> int:
@@ -321,22 +340,55 @@ class PartitionLog:
                 seg.refresh_size()
                 seg.offset_index.truncate_to(next_offset)
                 seg.time_index.truncate_to(next_offset)
+                seg.txn_index.truncate_to(next_offset)
             self._tail_checked = True
         return seg.next_offset()
 
     def _open_txns(self) -> dict[int, int]:
-        """Open transactions' first offsets: one log scan, then kept up to date by appends."""
+        """Open transactions' first offsets: one log scan, then kept up to date by appends.
+
+        The scan also repairs the active segment's ``.txnindex``: a writer that died between
+        appending an ABORT marker and its index entry left the entry out (Kafka's recovery of
+        the unflushed tail does the same)."""
         if self._txn_firsts is None:
-            producers = self.producer_state().producers.values()
+            state = self.producer_state()
+            active = self.active_segment.base_offset
+            if any(p.base_offset == active for p in txn_check.find_problems(self.segments, state)):
+                txn_check.rebuild(self.segments, state, {active})
             self._txn_firsts = {
                 p.producer_id: p.current_txn_first_offset
-                for p in producers
+                for p in state.producers.values()
                 if p.current_txn_first_offset >= 0
             }
         return self._txn_firsts
 
-    def _append_bytes(self, data: bytes) -> AppendInfo:
-        scan = scan_batches(data, path="<append>")
+    def _append_tracked(self, data: bytes) -> AppendInfo:
+        """Append placed batches, keeping the open transactions and indexing each ABORT marker
+        among them as ``append_marker`` always has: after the marker is in the log, with the
+        transaction's first offset and the LSO then (every append path goes through here)."""
+        scan = scan_batches(data, path="<append>", check_crc=False)
+        attrs = scan.batches[:, k.B_ATTRIBUTES]
+        with_pid = scan.batches[:, k.B_PRODUCER_ID] >= 0
+        if not (with_pid & ((attrs & (ATTR_TRANSACTIONAL | ATTR_CONTROL)) != 0)).any():
+            return self._append_bytes(data, scan)
+        txns = self._open_txns()
+        state = ProducerState(
+            {pid: ProducerEntry(pid, current_txn_first_offset=first) for pid, first in txns.items()}
+        )
+        state.apply(np.frombuffer(data, dtype=np.uint8), scan.batches, "<append>")
+        info = self._append_bytes(data, scan)
+        for txn in state.aborted:
+            self.active_segment.txn_index.append(txn)
+        self._txn_firsts = {
+            pid: e.current_txn_first_offset
+            for pid, e in state.producers.items()
+            if e.current_txn_first_offset >= 0
+        }
+        return info
+
+    def _append_bytes(self, data: bytes, scan: BatchScan | None = None) -> AppendInfo:
+        if scan is None:
+            scan = scan_batches(data, path="<append>")
         b = scan.batches
         first = int(b[0, k.B_BASE_OFFSET])
         last = int(b[-1, k.B_LAST_OFFSET])

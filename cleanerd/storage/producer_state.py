@@ -33,6 +33,23 @@ class ProducerEntry:
     last_timestamp: int = -1
     coordinator_epoch: int = -1
     current_txn_first_offset: int = -1  # first offset of its open transaction, -1 if none
+    last_marker_offset: int = -1  # offset of its latest COMMIT or ABORT marker, -1 if none
+
+
+@dataclass(frozen=True, slots=True)
+class AbortMarker:
+    """An ABORT marker as the walk met it: what a ``.txnindex`` entry for it may say.
+
+    ``txn`` is the entry Kafka's recovery would write (None when the walk saw no data of the
+    transaction: Kafka writes no entry then). An entry written earlier may name a first offset
+    as low as just after ``previous_end``: the cleaner removes aborted batches but keeps the
+    entry as it was, so the data the walk still sees can start later than the entry says.
+    """
+
+    producer_id: int
+    offset: int
+    previous_end: int  # the producer's previous COMMIT/ABORT marker, -1 if none
+    txn: AbortedTxn | None
 
 
 @dataclass
@@ -41,6 +58,7 @@ class ProducerState:
 
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     aborted: list[AbortedTxn] = field(default_factory=list)
+    abort_markers: list[AbortMarker] = field(default_factory=list)
 
     @property
     def first_unstable_offset(self) -> int | None:
@@ -52,7 +70,7 @@ class ProducerState:
     def copy(self) -> ProducerState:
         """A copy whose entries can change without touching these (transactions are frozen)."""
         entries = {pid: copy.copy(e) for pid, e in self.producers.items()}
-        return ProducerState(entries, list(self.aborted))
+        return ProducerState(entries, list(self.aborted), list(self.abort_markers))
 
     def last_stable_offset(self, high_watermark: int) -> int:
         """Kafka's LSO: the first unstable offset if below the high watermark, else the HW."""
@@ -71,6 +89,7 @@ class ProducerState:
             entry.epoch = int(row[k.B_PRODUCER_EPOCH])
             attrs = int(row[k.B_ATTRIBUTES])
             if attrs & ATTR_CONTROL:
+                entry.last_timestamp = int(row[k.B_MAX_TIMESTAMP])  # Kafka: markers count too
                 if row[k.B_COUNT] > 0:
                     self._end_txn(entry, arr, row, path)
                 continue
@@ -92,10 +111,16 @@ class ProducerState:
         first = entry.current_txn_first_offset
         entry.current_txn_first_offset = -1
         marker_offset = int(row[k.B_LAST_OFFSET])
-        if kind == ControlType.ABORT and first >= 0:
+        previous_end, entry.last_marker_offset = entry.last_marker_offset, marker_offset
+        if kind != ControlType.ABORT:
+            return
+        txn = None
+        if first >= 0:  # Kafka's LSO then: the oldest other open transaction, else after us
             others = self.first_unstable_offset
             lso = marker_offset + 1 if others is None else others
-            self.aborted.append(AbortedTxn(entry.producer_id, first, marker_offset, lso))
+            txn = AbortedTxn(entry.producer_id, first, marker_offset, lso)
+            self.aborted.append(txn)
+        self.abort_markers.append(AbortMarker(entry.producer_id, marker_offset, previous_end, txn))
 
 
 def scan_producer_state(scans: Iterable[tuple[U8, I64, str | None]]) -> ProducerState:

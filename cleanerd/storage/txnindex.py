@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -18,6 +19,7 @@ from typing import Self
 from cleanerd.storage.errors import CorruptIndexError
 
 CURRENT_VERSION = 0
+TMP_SUFFIX = ".tmp"  # a rewrite's file before it is renamed over the index
 ENTRY_SIZE = 34
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -74,6 +76,7 @@ class TransactionIndex:
         self._txns: list[AbortedTxn] | None = None  # loaded on first use
         self._tail = 0  # bytes of a trailing partial entry (a corrupt file)
         self._fd: int | None = None
+        self._ino = -1  # inode of the file ``_fd`` is open on
 
     @property
     def path(self) -> Path:
@@ -113,6 +116,7 @@ class TransactionIndex:
 
     def append(self, txn: AbortedTxn) -> None:
         """Add an entry; ``last_offset`` must rise strictly, as Kafka requires."""
+        self._follow_rewrite()
         txns = self._entries()
         if self._tail:
             raise self._corrupt(f"trailing partial entry of {self._tail} bytes; cannot append")
@@ -127,11 +131,50 @@ class TransactionIndex:
             )
         if self._fd is None:
             self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._ino = os.fstat(self._fd).st_ino
         data = txn.to_bytes()
         done = 0
         while done < len(data):
             done += os.write(self._fd, data[done:])
         txns.append(txn)
+
+    def _follow_rewrite(self) -> None:
+        """Drop what we hold of a file another process rewrote (``rewrite`` renames a new file
+        in), so appends go to the file readers see."""
+        if self._fd is None:
+            return
+        try:
+            current = os.stat(self._path).st_ino
+        except FileNotFoundError:
+            current = -1
+        if current != self._ino:
+            self.close()
+            self._txns = None
+            self._tail = 0
+
+    def rewrite(self, txns: Sequence[AbortedTxn]) -> None:
+        """Replace the whole index with ``txns`` (no file when there are none, as Kafka leaves
+        it): written to a temporary file, fsynced, renamed over, so readers see old or new."""
+        order = [t.last_offset for t in txns]
+        if order != sorted(set(order)) or (order and order[0] < self._base):
+            raise ValueError(f"entries for {self._path} must have rising last offsets >= base")
+        self.close()
+        if not txns:
+            self._path.unlink(missing_ok=True)
+        else:
+            tmp = self._path.with_name(self._path.name + TMP_SUFFIX)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                data = b"".join(t.to_bytes() for t in txns)
+                done = 0
+                while done < len(data):
+                    done += os.write(fd, data[done:])
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self._path)
+        self._txns = list(txns)
+        self._tail = 0
 
     def collect_aborted(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
         """Aborted txns overlapping [fetch_offset, upper_bound), and whether the search is complete.
@@ -183,6 +226,7 @@ class TransactionIndex:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+            self._ino = -1
 
     def delete(self) -> bool:
         """Forget all entries and remove the file; True if a file was removed."""
