@@ -3,7 +3,8 @@
 snappy is written in xerial framing (what Kafka's Java producer writes) and read in both xerial
 and raw form; lz4 is an LZ4 frame with independent 64 KiB blocks (Kafka rejects linked blocks);
 gzip and zstd are standard streams. Rebuilt batches use each codec's default level, as Kafka's
-cleaner does.
+cleaner does. gzip is written byte for byte as Java's ``GZIPOutputStream`` (JDK 16+) writes it,
+so a rebuilt gzip batch gets the CRC Kafka's own cleaner would give it.
 """
 
 from __future__ import annotations
@@ -52,6 +53,11 @@ XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
 _ZSTD_LEVEL = 3
+_GZIP_LEVEL = 6  # Java's Deflater.DEFAULT_COMPRESSION (-1) is zlib's 6
+JAVA_GZIP_HEADER = bytes.fromhex("1f8b08000000000000ff")
+"""The header ``java.util.zip.GZIPOutputStream`` writes (JDK 16+): magic, deflate, no flags,
+mtime 0, XFL 0, OS 255 "unknown" (JDK 15 and older wrote OS 0). Python 3.11's ``gzip`` module
+writes OS 3 (Unix), which gave every rebuilt gzip batch another CRC than Kafka's."""
 _local = threading.local()
 
 
@@ -79,6 +85,15 @@ def _xerial_encode(data: bytes) -> bytes:
     return b"".join(parts)
 
 
+def _gzip_encode(data: bytes) -> bytes:
+    """One gzip member as Java writes it: its header, a raw deflate stream at the default level
+    (zlib's defaults otherwise, as ``Deflater(-1, true)``), CRC-32 and size mod 2^32, LE."""
+    deflater = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    body = deflater.compress(data) + deflater.flush()
+    trailer = struct.pack("<II", zlib.crc32(data), len(data) & 0xFFFFFFFF)
+    return JAVA_GZIP_HEADER + body + trailer
+
+
 def _snappy_decode(data: bytes) -> bytes:
     if not data.startswith(XERIAL_MAGIC):
         return bytes(cramjam.snappy.decompress_raw(data))
@@ -101,7 +116,7 @@ def compress(codec: Compression, data: bytes) -> bytes:
     if codec == Compression.NONE:
         return data
     if codec == Compression.GZIP:
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        return _gzip_encode(data)
     if codec == Compression.SNAPPY:
         return _xerial_encode(data)
     if codec == Compression.LZ4:
