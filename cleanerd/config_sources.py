@@ -60,6 +60,7 @@ BROKER_TOPIC_DEFAULTS: dict[str, tuple[str, object]] = {
     "log.retention.bytes": ("retention.bytes", -1),
     "log.cleaner.compaction.strategy": ("compaction.strategy", "offset"),
     "log.cleaner.compaction.strategy.header": ("compaction.strategy.header", ""),
+    "producer.id.expiration.ms": ("producer.id.expiration.ms", 86_400_000),
 }
 """Broker settings that default a topic setting: broker name -> (topic name, Kafka's default)."""
 

@@ -25,6 +25,7 @@ from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, 
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.compaction.transactions import NEVER_EXPIRE
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch
 from cleanerd.format.reader import RecordBatch, scan_batches
@@ -43,6 +44,9 @@ OFFSET = StrategyConfig()
 
 # --- helpers (shared) --------------------------------------------------------------------------
 def compacted_config(**settings: Any) -> TopicCleanerConfig:
+    """Producers never expire unless a test says so: Kafka's LogCleanerTest cleans at
+    ``largeTimestamp`` but never runs the producer-expiration check (reference 3.11)."""
+    settings.setdefault("producer_id_expiration_ms", NEVER_EXPIRE)
     return TopicCleanerConfig(compact=True, delete=False, **settings)
 
 

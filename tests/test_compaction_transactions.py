@@ -511,7 +511,7 @@ def test_last_records_of_active_producers_from_a_partition_log(tmp_path: Path) -
     log.append_marker(commit=True, producer_id=5, producer_epoch=7, timestamp=1)  # 5: markers only
     log.append(rec)  # no producer id
     state = log.producer_state()
-    last = last_records_of_active_producers(state)
+    last = last_records_of_active_producers(state, 10, DAY)  # written at 0 and 1: none expired
     assert last == {1: (0, 0), 2: (2, 3), 5: (None, 7)}
     # the decisions of one pass over the real batches
     meta = CleanedTransactionMetadata(state.aborted)

@@ -7,7 +7,10 @@ Which partitions, and with which topic settings, is decided as for ``cleanerd pl
 partitions, or with a config file only its compacted topics; a PARTITION_DIR is always
 compacted. ``compaction.one_shot`` does the work, one partition after another, holding each log
 dir's ``.lock`` for the whole run (a dry run takes no lock: it only reads the real files and
-writes to its temporary copy).
+writes to its temporary copy). The active segment is never cleaned: ``--roll-active`` rolls it
+first (an empty segment at the log end, on the copy for a dry run) so a stopped broker's or an
+archived log dir is compacted whole; without it a partition left with nothing cleanable gets a
+note saying why.
 
 Exit codes: 0 all partitions compacted; 1 a log dir is locked (nothing done) or some partition
 failed (corrupt segment...: that partition is left as it was, the others are compacted); 2 usage.
@@ -40,6 +43,7 @@ from rich.table import Table
 from cleanerd.cli.options import format_option
 from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
 from cleanerd.cli.tables import table_console
+from cleanerd.compaction.bounds import Bound
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
 from cleanerd.compaction.one_shot import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
@@ -50,6 +54,7 @@ from cleanerd.compaction.one_shot import (
     compact_directory,
 )
 from cleanerd.compaction.strategy import Strategy
+from cleanerd.compaction.topic_config import INT_MAX
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
@@ -92,6 +97,17 @@ def _check_jobs(jobs: list[Job], map_bytes: int, strategy: str | None) -> None:
     help="Leave records younger than this [default: the topic's, else 0].",
 )
 @click.option(
+    "--producer-id-expiration-ms",
+    type=click.IntRange(min=1, max=INT_MAX),
+    help="producer.id.expiration.ms: a producer idle this long loses its protected last batch "
+    "[default: the config's, else Kafka's 1 day].",
+)
+@click.option(
+    "--roll-active",
+    is_flag=True,
+    help="Roll each partition's active segment first, so it is compacted too (offline logs).",
+)
+@click.option(
     "--dedupe-buffer-bytes",
     type=click.IntRange(min=1),
     default=DEFAULT_DEDUPE_BUFFER_BYTES,
@@ -112,6 +128,8 @@ def compact(
     strategy_header: str | None,
     delete_retention_ms: int | None,
     min_compaction_lag_ms: int | None,
+    producer_id_expiration_ms: int | None,
+    roll_active: bool,
     dedupe_buffer_bytes: int,
     dry_run: bool,
     fmt: str,
@@ -124,7 +142,10 @@ def compact(
 
     Passes repeat while a dirty range is left, then whole-log passes remove the tombstones and
     transaction markers whose delete horizon has passed (with --delete-retention-ms 0, all).
-    The active segment is never touched. Holds each log dir's .lock for the whole run.
+    The active segment is never cleaned; --roll-active first rolls it (an empty segment at the
+    log end; on the copy for --dry-run) so an offline log dir is compacted whole. Without it, a
+    partition with nothing cleanable gets a note saying why. Holds each log dir's .lock for the
+    whole run.
 
     Exit status: 0 done; 1 a log dir is locked or some partition failed (it is left as it
     was; the others are compacted); 2 usage error.
@@ -134,6 +155,7 @@ def compact(
         "compaction.strategy.header": strategy_header,
         "delete.retention.ms": delete_retention_ms,
         "min.compaction.lag.ms": min_compaction_lag_ms,
+        "producer.id.expiration.ms": producer_id_expiration_ms,
     }
     selection = load_selection(config_file, kafka_properties, sets)
     jobs = select(find_targets(paths, topic, partition), selection, overrides)
@@ -150,7 +172,7 @@ def compact(
                 except StorageError as e:
                     click.echo(f"Error: {e}", err=True)
                     raise SystemExit(1) from None
-        results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, fmt)
+        results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, roll_active, fmt)
     if fmt == "text":
         _print_table(results, failures, dry_run)
     if failures:
@@ -158,7 +180,7 @@ def compact(
 
 
 def _run(
-    jobs: list[Job], now: int, map_bytes: int, dry_run: bool, fmt: str
+    jobs: list[Job], now: int, map_bytes: int, dry_run: bool, roll_active: bool, fmt: str
 ) -> tuple[list[CompactionSummary], list[str]]:
     """Compact each partition in turn; a failure is reported and the next one goes on."""
     results: list[CompactionSummary] = []
@@ -176,6 +198,7 @@ def _run(
                     map_bytes=map_bytes,
                     dry_run=dry_run,
                     progress=report,
+                    roll_active=roll_active,
                 )
             except (CorruptRecordError, StorageError, CompactionError, OSError) as e:
                 click.echo(f"Error: {name}: {e} (partition left as it was)", err=True)
@@ -185,7 +208,7 @@ def _run(
                 continue
             results.append(summary)
             if fmt == "json":
-                click.echo(json.dumps(summary.to_json()))
+                click.echo(json.dumps({**summary.to_json(), "note": _note(summary)}))
     return results, failures
 
 
@@ -218,6 +241,13 @@ def _progress(total: int) -> Iterator[Progress | None]:
         yield report
 
 
+def _note(summary: CompactionSummary) -> str | None:
+    """The summary's note, with the way out when the active segment held everything."""
+    if summary.note is not None and summary.bound == Bound.ACTIVE_SEGMENT.value:
+        return f"{summary.note}; --roll-active rolls it"
+    return summary.note
+
+
 def _print_table(results: list[CompactionSummary], failures: list[str], dry_run: bool) -> None:
     """One row per partition, narrow enough for 80 columns; JSON has every field."""
     title = "cleanerd compact" + (" --dry-run: nothing written" if dry_run else "")
@@ -247,3 +277,7 @@ def _print_table(results: list[CompactionSummary], failures: list[str], dry_run:
         " transaction markers, aborted records removed; records and size: whole partitions",
         highlight=False,
     )
+    for s in results:
+        note = _note(s)
+        if note is not None:
+            console.print(f"note: {s.partition}: {note}", highlight=False, markup=False)

@@ -12,7 +12,9 @@ file (``--config`` or ``--kafka-properties``) only topics whose ``cleanup.policy
 ``compact``. A PARTITION_DIR named is always included.
 
 ``plan`` writes nothing: opening a ``PartitionLog`` would finish an interrupted swap and rebuild
-bad indexes, so segment metadata comes from a plain walk of the batch headers here.
+bad indexes, so segment metadata comes from a plain walk of the batch headers here. With
+``--roll-active`` it also plans the log as ``compact --roll-active`` would see it, its active
+segment rolled (``bounds.as_rolled``), and shows the range that adds; the dir is not touched.
 
 Exit codes: 0 every partition planned; 1 some partition could not be read; 2 usage error.
 """
@@ -34,6 +36,7 @@ from rich.table import Table
 from cleanerd.cli.config_cmd import config_options, fail_invalid, load_from_options
 from cleanerd.cli.options import format_option
 from cleanerd.cli.tables import table_console
+from cleanerd.compaction.bounds import as_rolled
 from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, plan
 from cleanerd.compaction.topic_settings import TopicSettings
@@ -211,12 +214,24 @@ def read_log_meta(directory: Path, tp: TopicPartition) -> tuple[LogMeta, list[st
     return meta, notes
 
 
-def plan_fields(target: Target, settings: TopicSettings, now_ms: int) -> dict[str, Any]:
-    """A partition's plan as JSON-ready fields: ``CleaningPlan.summary`` and the log's offsets."""
+def plan_fields(
+    target: Target, settings: TopicSettings, now_ms: int, roll_active: bool = False
+) -> dict[str, Any]:
+    """A partition's plan as JSON-ready fields: ``CleaningPlan.summary`` and the log's offsets;
+    with ``roll_active`` also ``roll_active``: the plan were the active segment rolled."""
     directory = target.directory
     meta, notes = read_log_meta(directory, target.tp)
     p = plan(meta, settings.cleaner, now_ms)
     high = max(p.first_dirty_offset, p.first_uncleanable_offset)
+    rolled: dict[str, Any] | None = None
+    if roll_active:
+        r = plan(as_rolled(meta), settings.cleaner, now_ms)
+        rolled_high = max(r.first_dirty_offset, r.first_uncleanable_offset)
+        rolled = {
+            **{key: r.summary()[key] for key in _ROLLED_FIELDS},
+            "cleanable_range": [r.first_dirty_offset, rolled_high],
+            "added_range": [high, rolled_high],
+        }
     return {
         **p.summary(),
         "directory": str(directory),
@@ -230,7 +245,18 @@ def plan_fields(target: Target, settings: TopicSettings, now_ms: int) -> dict[st
         "min_cleanable_dirty_ratio": p.min_cleanable_dirty_ratio,
         "now_ms": now_ms,
         "notes": notes,
+        **({} if rolled is None else {"roll_active": rolled}),
     }
+
+
+_ROLLED_FIELDS = (
+    "first_uncleanable_offset",
+    "clean_bytes",
+    "cleanable_bytes",
+    "dirty_ratio",
+    "must_clean_ratio",
+    "is_cleanable",
+)
 
 
 @click.command("plan")
@@ -242,6 +268,11 @@ def plan_fields(target: Target, settings: TopicSettings, now_ms: int) -> dict[st
 )
 @click.option("--min-compaction-lag-ms", type=click.IntRange(min=0), help="min.compaction.lag.ms.")
 @click.option("--max-compaction-lag-ms", type=click.IntRange(min=1), help="max.compaction.lag.ms.")
+@click.option(
+    "--roll-active",
+    is_flag=True,
+    help="Also plan as if the active segment were rolled (compact --roll-active); read-only.",
+)
 @format_option("text: a table; json: one JSON object per partition per line.")
 def plan_command(
     paths: tuple[Path, ...],
@@ -254,13 +285,16 @@ def plan_command(
     min_cleanable_ratio: float | None,
     min_compaction_lag_ms: int | None,
     max_compaction_lag_ms: int | None,
+    roll_active: bool,
     fmt: str,
 ) -> None:
     """Print each partition's cleaning plan at --now, as the cleaner would make it.
 
     Dirty ratio, must-clean ratio (KIP-354: overdue bytes past max.compaction.lag.ms), compaction
     delay, the cleanable range [first dirty, first uncleanable), clean and cleanable bytes, and
-    whether Kafka would clean it now. Read-only: writes nothing and takes no lock.
+    whether Kafka would clean it now. Read-only: writes nothing and takes no lock. With
+    --roll-active, also what rolling the active segment would add to the cleanable range (the
+    LSO and min.compaction.lag.ms still apply); the dir is not touched.
 
     Topic settings: the config as `cleanerd run` reads it (broker defaults, [topics."<glob>"]
     tables, CLEANERD_* environment, --set), then this command's options. With a config file,
@@ -280,7 +314,7 @@ def plan_command(
     failed = False
     for target, settings in jobs:
         try:
-            row = plan_fields(target, settings, now)
+            row = plan_fields(target, settings, now, roll_active)
         except (StorageError, OSError, ValueError) as e:
             click.echo(f"Error: {target.directory.name}: {e}", err=True)
             failed = True
@@ -289,20 +323,22 @@ def plan_command(
         if fmt == "json":
             click.echo(json.dumps(row))
     if fmt == "text":
-        _print_plans(rows)
+        _print_plans(rows, roll_active)
     if failed:
         raise SystemExit(1)
 
 
-def _print_plans(rows: list[dict[str, Any]]) -> None:
-    """One row per partition, narrow enough for 80 columns; JSON has every field."""
+def _print_plans(rows: list[dict[str, Any]], roll_active: bool = False) -> None:
+    """One row per partition, narrow enough for 80 columns; JSON has every field. With
+    ``roll_active`` a last column shows the offsets rolling would add to the range."""
     table = Table(title="cleanerd plan", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("partition", overflow="fold", min_width=9)
-    for name in ("dirty", "must-clean", "delay s", "range", "clean", "cleanable", "now"):
+    names = ["dirty", "must-clean", "delay s", "range", "clean", "cleanable", "now"]
+    for name in names + (["+rolled"] if roll_active else []):
         table.add_column(name, justify="right", no_wrap=True)
     for r in rows:
         low, high = r["cleanable_range"]
-        table.add_row(
+        cells = [
             r["partition"],
             f"{r['dirty_ratio']:.3f}",
             f"{r['must_clean_ratio']:.3f}",
@@ -311,9 +347,15 @@ def _print_plans(rows: list[dict[str, Any]]) -> None:
             decimal(r["clean_bytes"]),
             decimal(r["cleanable_bytes"]),
             "yes" if r["is_cleanable"] else "no",
-        )
+        ]
+        if roll_active:
+            start, end = r["roll_active"]["added_range"]
+            cells.append(f"[{start}, {end})" if end > start else "none")
+        table.add_row(*cells)
     console = table_console([table])
     console.print(table)
+    if roll_active:
+        click.echo("+rolled: offsets --roll-active would add to the range (LSO, min lag apply)")
     for r in rows:
         for note in r["notes"]:
             click.echo(f"note: {r['partition']}: {note}")

@@ -247,7 +247,9 @@ class Cleaner:
             now_ms=now_ms,
             new_horizon_ms=min(now_ms + config.delete_retention_ms, LONG_MAX),
             upper_bound=upper_bound,
-            producers=ProducerTable(last_records_of_active_producers(state)),
+            producers=ProducerTable(
+                last_records_of_active_producers(state, now_ms, config.producer_id_expiration_ms)
+            ),
         )
 
     def _clean_group(

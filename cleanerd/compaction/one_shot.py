@@ -19,8 +19,12 @@ as compact as Kafka's rules allow at one instant. So the driver:
    ``Cleaner.clean`` returns early on an empty dirty range, and ``clean_segments`` with an empty
    map would keep everything, so neither would do.
 
-``dry_run`` cleans a plain copy of the partition dir (and of the log dir's checkpoints) in a
-temporary dir, so the real files are never opened for writing.
+``roll_active`` first rolls the active segment (``PartitionLog.roll``, under the writer lock: an
+empty segment at the log end), so a stopped broker's or an archived partition is compacted whole;
+without it the active segment is left as it is, and when that leaves nothing cleanable the
+summary says why (``note``). ``dry_run`` cleans a plain copy of the partition dir (and of the log
+dir's checkpoints) in a temporary dir, so the real files are never opened for writing (a roll
+happens on the copy).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cleanerd.compaction.bounds import nothing_cleanable_reason
 from cleanerd.compaction.cleaner import Cleaner
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap
 from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
@@ -137,6 +142,9 @@ class CompactionSummary:
     checkpoint: int | None  # cleaner-offset-checkpoint entry at the end
     io_bytes: int  # bytes read and written by all passes
     buffer_utilization: float  # highest offset map fill of any pass
+    rolled_active: bool = False  # the active segment was rolled first (roll_active)
+    bound: str | None = None  # nothing cleanable: the bound that said so (``Bound`` value)
+    note: str | None = None  # nothing cleanable: why, in words
 
     @property
     def records_removed(self) -> int:
@@ -172,6 +180,7 @@ def compact_partition(
     progress: Progress | None = None,
     abort_check: Callable[[], bool] = _never,
     load_factor: float = DEFAULT_LOAD_FACTOR,
+    roll_active: bool = False,
 ) -> CompactionSummary:
     """Clean ``log`` until it is as compact as the rules allow at ``now_ms``; see the module doc.
 
@@ -192,8 +201,10 @@ def compact_partition(
             progress=progress,
             abort_check=abort_check,
             load_factor=load_factor,
+            roll_active=roll_active,
         )
-    return _Run(log, config, strategy, now_ms, map_bytes, load_factor, progress, abort_check).run()
+    args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check)
+    return _Run(log, *args).run(roll_active=roll_active)
 
 
 def compact_directory(
@@ -209,6 +220,7 @@ def compact_directory(
     abort_check: Callable[[], bool] = _never,
     load_factor: float = DEFAULT_LOAD_FACTOR,
     temp_root: Path | None = None,
+    roll_active: bool = False,
 ) -> CompactionSummary:
     """Open the partition dir (or, for a dry run, a copy of it in ``temp_root``) and compact it."""
     directory = Path(directory)
@@ -216,14 +228,14 @@ def compact_directory(
     if not dry_run:
         log = PartitionLog(directory, log_config)
         try:
-            return _Run(log, *args).run()
+            return _Run(log, *args).run(roll_active=roll_active)
         finally:
             log.close()
     with tempfile.TemporaryDirectory(prefix="cleanerd-dry-run-", dir=temp_root) as tmp:
         copy = copy_partition(directory, Path(tmp))
         log = PartitionLog(copy, log_config)
         try:
-            summary = _Run(log, *args).run()
+            summary = _Run(log, *args).run(roll_active=roll_active)
         finally:
             log.close()
     return dataclasses.replace(summary, directory=str(directory), dry_run=True)
@@ -280,9 +292,8 @@ class _Run:
         return self.abort_check()
 
     def _plan(self) -> CleaningPlan:
-        return plan(
-            LogMeta.from_log(self.log, cleaner_checkpoint(self.log)), self.config, self.now_ms
-        )
+        self.meta = LogMeta.from_log(self.log, cleaner_checkpoint(self.log))
+        return plan(self.meta, self.config, self.now_ms)
 
     def _clean(self, p: CleaningPlan, *, settling: bool) -> int:
         """One pass. Settling passes judge delete horizons at ``now - 1`` with one more ms of
@@ -297,8 +308,14 @@ class _Run:
         self.stats.append(result.stats)
         return result.end_offset
 
-    def run(self) -> CompactionSummary:
+    def _roll(self) -> bool:
+        """Roll the active segment (a no-op when it is empty); whether a new one was started."""
+        active = self.log.active_segment
+        return self.log.roll() is not active
+
+    def run(self, *, roll_active: bool = False) -> CompactionSummary:
         started = time.monotonic()
+        rolled = roll_active and self._roll()
         before = census(self.log)
         p = self._plan()
         target = p.first_uncleanable_offset
@@ -314,6 +331,12 @@ class _Run:
             p = self._plan()
         upper = min(p.first_uncleanable_offset, target)
         sweeps = self._sweep(p, upper) if upper > self.log.log_start_offset else 0
+        bound = note = None
+        if upper <= self.log.log_start_offset and before.records:
+            found, note = nothing_cleanable_reason(
+                self.meta, self.config, self.now_ms, before.records
+            )
+            bound = found.value
         after = census(self.log)
         total = CleanerStats.total(self.stats)
         return CompactionSummary(
@@ -341,6 +364,9 @@ class _Run:
             checkpoint=cleaner_checkpoint(self.log),
             io_bytes=self.io.bytes_total,
             buffer_utilization=total.buffer_utilization,
+            rolled_active=rolled,
+            bound=bound,
+            note=note,
         )
 
     def _sweep(self, p: CleaningPlan, upper: int) -> int:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
 COMPACT = "compact"
 DELETE = "delete"
 
@@ -48,15 +49,17 @@ def parse_cleanup_policy(value: str) -> tuple[bool, bool]:
 
 
 def _long(setting: str, value: object) -> int:
-    """A Java long as Kafka parses it from a properties file or a typed value."""
+    """A Java long (or int, for the settings Kafka defines as INT) as Kafka parses it from a
+    properties file or a typed value."""
+    top, kind = (INT_MAX, "a Java int") if setting in _INT_SETTINGS else (LONG_MAX, "a Java long")
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise InvalidTopicConfigError(setting, value, "must be an integer (a Java long)")
+        raise InvalidTopicConfigError(setting, value, f"must be an integer ({kind})")
     try:
         number = int(value.strip()) if isinstance(value, str) else value
     except ValueError:
-        raise InvalidTopicConfigError(setting, value, "must be an integer (a Java long)") from None
-    if not -(2**63) <= number <= LONG_MAX:
-        raise InvalidTopicConfigError(setting, value, "does not fit a Java long")
+        raise InvalidTopicConfigError(setting, value, f"must be an integer ({kind})") from None
+    if not -top - 1 <= number <= top:
+        raise InvalidTopicConfigError(setting, value, f"does not fit {kind}")
     return number
 
 
@@ -73,7 +76,12 @@ _LONG_SETTINGS = {
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "max.compaction.lag.ms": "max_compaction_lag_ms",
     "delete.retention.ms": "delete_retention_ms",
+    "producer.id.expiration.ms": "producer_id_expiration_ms",
 }
+_INT_SETTINGS = frozenset({"producer.id.expiration.ms"})
+"""Kafka defines these as INT: read by their Kafka name they must fit a Java int, as Kafka
+refuses more. The field itself takes any long, so tests (and tools) can switch expiration off as
+Kafka's own cleaner tests do by never running the expiration check."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +89,9 @@ class TopicCleanerConfig:
     """Kafka's topic settings that decide when and how far a log is cleaned.
 
     Names are Kafka's with dots as underscores; defaults are Kafka's (``cleanup.policy=delete``,
-    ratio 0.5, no minimum lag, no maximum lag, tombstones kept one day).
+    ratio 0.5, no minimum lag, no maximum lag, tombstones kept one day, producers expire after
+    one day). ``producer.id.expiration.ms`` is a broker setting in Kafka (the producer state's);
+    here a topic may override it too.
     """
 
     compact: bool = False  # cleanup.policy contains "compact"
@@ -90,6 +100,7 @@ class TopicCleanerConfig:
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
     delete_retention_ms: int = 86_400_000  # delete.retention.ms
+    producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms (broker setting)
 
     def __post_init__(self) -> None:
         ratio = self.min_cleanable_dirty_ratio
@@ -104,6 +115,7 @@ class TopicCleanerConfig:
             ("min.compaction.lag.ms", 0),
             ("max.compaction.lag.ms", 1),
             ("delete.retention.ms", 0),
+            ("producer.id.expiration.ms", 1),
         ):
             value = getattr(self, _LONG_SETTINGS[setting])
             if isinstance(value, bool) or not isinstance(value, int):

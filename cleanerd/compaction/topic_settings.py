@@ -24,7 +24,8 @@ _LOG_SETTINGS = {
     "max.message.bytes": "max_message_bytes",
 }
 _CLEANER_SETTINGS = """cleanup.policy delete.retention.ms min.cleanable.dirty.ratio
-    min.compaction.lag.ms max.compaction.lag.ms compaction.strategy compaction.strategy.header"""
+    min.compaction.lag.ms max.compaction.lag.ms compaction.strategy compaction.strategy.header
+    producer.id.expiration.ms"""
 _RETENTION_SETTINGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
 KNOWN_SETTINGS = frozenset((*_CLEANER_SETTINGS.split(), *_LOG_SETTINGS, *_RETENTION_SETTINGS))
 """The Kafka topic settings the cleaner uses; others in a config file are reported and ignored."""

@@ -8,7 +8,9 @@ looks past the LSO). Aborted data goes in the first pass that reads it; an ABORT
 re-indexed while a batch of its transaction is still read, then becomes discardable and follows
 the delete-horizon dance of tombstones; a COMMIT marker likewise once no batch of its transaction
 is read. A producer's last batch survives (at least as an empty header) so its sequence and epoch
-are not lost.
+are not lost, until the producer expires (``producer.id.expiration.ms`` after its latest batch or
+marker, with no open transaction): Kafka then drops it from its producer state, and its last
+batch is cleaned like any other.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from cleanerd.format.header import (
     BatchHeader,
 )
 from cleanerd.format.reader import I64
-from cleanerd.storage.producer_state import ProducerState
+from cleanerd.storage.producer_state import ProducerEntry, ProducerState
 from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
 
 LastRecord = tuple[int | None, int]
@@ -234,9 +236,27 @@ def batch_retention(
     return BatchDecision(mode, discard_records, can_discard and batch.is_control)
 
 
-def last_records_of_active_producers(state: ProducerState) -> dict[int, LastRecord]:
-    """Kafka's snapshot taken before each group: producer -> (last data offset, epoch)."""
+NEVER_EXPIRE = 2**63 - 1
+"""An expiration of Long.MAX_VALUE ms switches expiration off. Kafka reads the setting as a Java
+int, so only code passes this: tests replaying Kafka's LogCleanerTest (which cleans at up to
+Long.MAX_VALUE but never runs the expiration check) and tools that want that behaviour."""
+
+
+def is_producer_expired(entry: ProducerEntry, now_ms: int, expiration_ms: int) -> bool:
+    """Kafka's ``isProducerExpired``: no open transaction, and its latest batch (data or marker)
+    is ``producer.id.expiration.ms`` old. An open transaction keeps a producer however old."""
+    if expiration_ms >= NEVER_EXPIRE or entry.current_txn_first_offset >= 0:
+        return False
+    return now_ms - entry.last_timestamp >= expiration_ms
+
+
+def last_records_of_active_producers(
+    state: ProducerState, now_ms: int, expiration_ms: int
+) -> dict[int, LastRecord]:
+    """Kafka's snapshot taken before each group: producer -> (last data offset, epoch), for the
+    producers not expired at ``now_ms`` (Kafka has removed the expired ones from its state)."""
     return {
         pid: (entry.last_data_offset if entry.last_data_offset >= 0 else None, entry.epoch)
         for pid, entry in state.producers.items()
+        if not is_producer_expired(entry, now_ms, expiration_ms)
     }
