@@ -243,7 +243,7 @@ def test_plan_and_clean_walk_the_log_once(tmp_path: Path, monkeypatch: pytest.Mo
     folds: list[int] = []
     real = cleaner_mod.fold_producers
 
-    def counting(seg: LogSegment, state: ProducerState, cache: object) -> None:
+    def counting(seg: LogSegment, state: ProducerState, cache: object = None) -> None:
         folds.append(seg.base_offset)
         real(seg, state, cache)  # type: ignore[arg-type]
 

@@ -273,18 +273,24 @@ def transaction_verdicts(
 
 def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | None = None) -> None:
     """Fold one segment into ``state`` a chunk at a time (bounded resident memory); a segment
-    pass 1 read whole comes from ``cache`` instead (a ``producer_state.SegmentFold``)."""
+    pass 1 read whole (and checked) comes from ``cache`` instead (a ``SegmentFold``).
+
+    As ``producer_state.fold_segment``: every batch is checked (CRC, lengths, rising offsets)
+    and a corrupt one raises, naming it; only a batch cut short by the end of the file (a
+    writer's append in flight) ends the walk quietly."""
     arr, path = seg.view(), str(seg.log_path)
     cached = cache.chunks(id(seg)) if cache is not None else None
     chunks: Iterable[I64] = (
         (batches for batches, _ in cached)
         if cached is not None
-        else iter_chunks(
-            arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False, strict=False
-        )
+        else iter_chunks(arr, path=path, prev_last_offset=seg.base_offset - 1)
     )
-    for batches in chunks:
-        state.apply(arr, batches, path)
+    try:
+        for batches in chunks:
+            state.apply(arr, batches, path)
+    except CorruptRecordError as exc:
+        if not exc.is_truncation:
+            raise
 
 
 def collect_aborted(

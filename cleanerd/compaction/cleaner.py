@@ -71,6 +71,7 @@ from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offse
 from cleanerd.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_file
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
+from cleanerd.storage.segment_list import check_offsets_across
 
 RECORD_CACHE_BYTES = 64 << 20
 """Default bound of pass 1's record cache (``record_cache``): 26 bytes a record."""
@@ -150,6 +151,7 @@ class Cleaner:
             return CleanResult(start, stats)
 
         on_chunk = self._on_chunk(log, abort_check)
+        _trust_txn_indexes(log, stats)
         segments = list(log.segments)
         cleanable = segments[:-1]  # never the active segment
         dirty = segments_between(cleanable, start, upper)
@@ -202,6 +204,7 @@ class Cleaner:
         """
         stats = CleanerStats(clock=self.clock)
         on_chunk = self._on_chunk(log, abort_check)
+        _trust_txn_indexes(log, stats)
         self._check(segments, set(), on_chunk)
         ctx = self._context(log, config, strategy, now_ms, upper_bound)
         self._clean_group(log, segments, ctx, CleanedTransactionMetadata(), stats, on_chunk)
@@ -307,6 +310,19 @@ class Cleaner:
                 if empty.temp_suffix == CLEANED_SUFFIX:
                     empty.delete()
                 raise
+
+
+def _trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
+    """Before either pass: offsets rise across segments, and every ``.txnindex`` agrees with
+    the ABORT markers; those that do not are rebuilt (``PartitionLog.check_txn_indexes``), so
+    no cleaning takes an aborted transaction for committed. The plan does not depend on them
+    (its LSO comes from the markers), so it stands. The producer-state walk (every batch
+    checked) is the plan's when the segments are unchanged since."""
+    check_offsets_across(log.segments)
+    problems = log.check_txn_indexes(fold_producers)
+    if problems:
+        stats.txn_indexes_rebuilt += len({p.base_offset for p in problems})
+        stats.txn_index_problems += tuple(str(p) for p in problems)
 
 
 def _chunks(

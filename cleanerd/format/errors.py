@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+TRUNCATION_REASONS = ("truncated batch", "batch length field runs past the end")
+"""How the reader words a batch cut short by the end of the data (a torn tail)."""
+
 
 class CorruptRecordError(ValueError):
     """A batch or record that does not decode; carries file, byte position and last good offset.
@@ -24,6 +27,12 @@ class CorruptRecordError(ValueError):
         self.position = position
         self.last_good_offset = last_good_offset
         super().__init__(self._message())
+
+    @property
+    def is_truncation(self) -> bool:
+        """The data ends inside a batch: at the end of an active segment, a writer's torn or
+        in-flight append rather than damage."""
+        return self.reason.startswith(TRUNCATION_REASONS)
 
     def _message(self) -> str:
         where = self.path or "<buffer>"

@@ -30,7 +30,6 @@ MAX_PER_FILE = 5  # problems listed per check and file before summarising the re
 # memory stays bounded however big the segment: a record row of the index takes 88 bytes
 _CHUNK_BYTES = 32 * 1024 * 1024
 _CHUNK_RECORDS = 256 * 1024
-_TRUNCATED = ("truncated batch", "batch length field runs past the end")
 
 
 @dataclass(frozen=True)
@@ -82,7 +81,7 @@ def _where(position: int | None, reason: str, last_good_offset: int) -> str:
 def _batch_check(error: CorruptRecordError) -> str:
     if error.reason.startswith("CRC mismatch"):
         return "crc"
-    if error.reason.startswith(_TRUNCATED):
+    if error.is_truncation:
         return "truncated"
     return "batch"
 

@@ -179,7 +179,13 @@ def take_snapshot(
 
 
 def fold_segment(seg: LogSegment, state: ProducerState) -> None:
-    """Fold a whole segment's batches (no CRC check; the walk ends at the first bad batch),
-    through a map of its own: the pages it touches do not stay in a long-lived log's map."""
+    """Fold a whole segment's batches, through a map of its own (the pages it touches do not
+    stay in a long-lived log's map). Every batch is checked (CRC, lengths, offsets rising from
+    the base offset): a corrupt one raises ``CorruptRecordError`` naming it, since a producer
+    id or an offset taken from it would decide the LSO and the aborted set. Only a batch cut
+    short by the end of the file ends the walk quietly (a writer's append in flight)."""
     arr = seg.view(keep=False)
-    state.apply(arr, seg.scan(check_crc=False, view=arr).batches, str(seg.log_path))
+    scan = seg.scan(view=arr)
+    state.apply(arr, scan.batches, str(seg.log_path))
+    if scan.error is not None and not scan.error.is_truncation:
+        raise scan.error

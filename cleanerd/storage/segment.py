@@ -32,6 +32,12 @@ from cleanerd.storage.txnindex import TransactionIndex
 INT32_MAX = 2**31 - 1
 _EMPTY = np.zeros(0, dtype=np.uint8)
 
+
+def _temp(path: Path) -> Path:
+    """Where an index is rebuilt before it replaces ``path`` (Kafka's loader ignores it)."""
+    return path.with_name(path.name + ".tmp")
+
+
 FileKey = tuple[int, int, int]
 """(inode, size, mtime_ns) of a ``.log`` file: what a cached read of it is valid for."""
 
@@ -305,21 +311,19 @@ class LogSegment:
     def rebuild_indexes(self) -> None:
         """Recreate ``.index`` and ``.timeindex`` from the ``.log`` (one entry per interval).
 
-        Stops at the first invalid batch; raises CorruptRecordError naming it, so a caller never
-        silently drops data.
+        Built under temporary names and renamed over the old files only once the whole
+        ``.log`` has been read without a problem; otherwise the old files stay as they were
+        and CorruptRecordError names the bad batch, so a caller never silently drops data.
         """
         self._tail = None
-        self.offset_index.close()
-        self.time_index.close()
-        for idx in (self.offset_index, self.time_index):
-            idx.delete()
-        self.offset_index = OffsetIndex(
-            self.offset_index.path, self.base_offset, self.config.segment_index_bytes
-        )
-        self.time_index = TimeIndex(
-            self.time_index.path, self.base_offset, self.config.segment_index_bytes
-        )
         scan = self.scan()
+        if scan.error is not None:
+            raise scan.error
+        size = self.config.segment_index_bytes
+        offsets = OffsetIndex(_temp(self.offset_index.path), self.base_offset, size)
+        times = TimeIndex(_temp(self.time_index.path), self.base_offset, size)
+        for idx in (offsets, times):
+            idx.delete()  # a leftover of an earlier attempt
         since = 0
         max_ts, max_ts_offset = -1, self.base_offset
         b = scan.batches
@@ -328,17 +332,18 @@ class LogSegment:
                 max_ts = int(b[i, k.B_MAX_TIMESTAMP])
                 max_ts_offset = int(b[i, k.B_LAST_OFFSET])
             if since > self.config.index_interval_bytes:
-                self.offset_index.append(int(b[i, k.B_LAST_OFFSET]), int(b[i, k.B_POS]))
-                self.time_index.maybe_append(max_ts, max_ts_offset)
+                offsets.append(int(b[i, k.B_LAST_OFFSET]), int(b[i, k.B_POS]))
+                times.maybe_append(max_ts, max_ts_offset)
                 since = 0
             since += int(b[i, k.B_SIZE])
         if max_ts >= 0:
-            self.time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
+            times.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
         self._max_ts_so_far, self._offset_of_max_ts = max_ts, max_ts_offset
-        self.offset_index.flush()
-        self.time_index.flush()
-        if scan.error is not None:
-            raise scan.error
+        for new, old in ((offsets, self.offset_index), (times, self.time_index)):
+            new.flush()
+            old.close()
+            new.rename_to(old.path)
+        self.offset_index, self.time_index = offsets, times
 
     # --- files ------------------------------------------------------------------------------
     def files(self) -> list[Path]:

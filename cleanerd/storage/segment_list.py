@@ -14,12 +14,14 @@ than ``RACY_NS`` after the dir's mtime is not trusted and the dir is listed agai
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.errors import CorruptIndexError
 from cleanerd.storage.files import LOG_SUFFIX
 from cleanerd.storage.log_config import LogConfig
@@ -37,6 +39,30 @@ def list_logs(directory: Path) -> dict[int, int]:
             if entry.name.endswith(LOG_SUFFIX) and head.isdigit():
                 found[int(head)] = entry.inode()
     return found
+
+
+def check_offsets_across(segments: Sequence[LogSegment]) -> None:
+    """Offsets rise across segments: each segment's last offset lies below the next segment's
+    base offset, and every segment but the last ends with a complete batch. A base offset is
+    not covered by the CRC, so a damaged one passes every batch check; cleaning across it would
+    rewrite offsets out of order (or hide the damage)."""
+    for seg, following in itertools.pairwise(segments):
+        next_offset, end = seg.last_batch_end()
+        if end < seg.refresh_size():
+            raise CorruptRecordError(
+                f"{seg.size - end} bytes after the last complete batch of an inactive segment "
+                "(truncated or damaged)",
+                path=str(seg.log_path),
+                position=end,
+                last_good_offset=next_offset - 1,
+            )
+        if next_offset > following.base_offset:
+            raise CorruptRecordError(
+                f"the segment's last batch ends at offset {next_offset - 1}, not below the base "
+                f"offset {following.base_offset} of the next segment {following.log_path.name}",
+                path=str(seg.log_path),
+                position=end,
+            )
 
 
 def open_segment(
