@@ -12,6 +12,7 @@ no aborted record anywhere).
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import struct
@@ -19,14 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
+from cleanerd.cli import cli
 from cleanerd.compaction.cleaner import Cleaner
 from cleanerd.format.builder import build_end_txn_marker
 from cleanerd.format.records import Record
 from cleanerd.inspect.verify import verify_partition
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 from tests.compaction_model import ModelRecord, survivors
 from tests.test_compaction_cleaner import (
     DAY,
@@ -366,3 +370,49 @@ def test_append_batches_tracks_transactions_across_calls_and_rolls(tmp_path: Pat
     log.close()
     assert writer.entries == [(101, 0, 3, 2), (102, 2, 4, 5)]
     assert indexes_on_disk(tmp_path / "txn-0") == oracle_indexes(tmp_path / "txn-0", writer)
+
+
+def test_compact_cli_warns_about_each_rebuilt_txnindex_and_keeps_committed_data(
+    tmp_path: Path,
+) -> None:
+    """A log dir copied without its ``.txnindex`` files, compacted as a user would."""
+    logdir = tmp_path / "L"
+    generate(
+        logdir,
+        WorkloadSpec(
+            topic="ftxn",
+            records=600,
+            keys=40,
+            records_per_batch=10,
+            segment_bytes=4000,
+            transactional_producers=2,
+            abort_ratio=0.5,
+            seed=8,
+        ),
+    )
+    part = logdir / "ftxn-0"
+    log = PartitionLog(part)
+    log.roll()
+    want = {k: s.offset for k, s in expected_survivors(log.read()).items() if not s.tombstone}
+    log.close()
+    lost = sorted(p for p in part.glob("*.txnindex") if p.stat().st_size)
+    assert lost
+    for path in lost:
+        path.unlink()
+    args = ["compact", str(logdir), "--delete-retention-ms", "0", "--now", "9999999999999"]
+    result = CliRunner().invoke(cli, [*args, "--format", "json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    (summary,) = [json.loads(line) for line in result.stdout.splitlines()]
+    for path in lost:
+        assert f"transaction index rebuilt: {path}: no entry" in result.stderr
+        assert any(str(path) in p for p in summary["txn_index_problems"])
+    log = PartitionLog(part)
+    got = {
+        r.key: r.offset
+        for b in log.read(0)
+        if not b.header.is_control
+        for r in b.records()
+        if r.value is not None
+    }
+    log.close()
+    assert got == want

@@ -207,6 +207,8 @@ def _run(
                     click.echo(json.dumps({"partition": name, "error": str(e)}))
                 continue
             results.append(summary)
+            for problem in summary.txn_index_problems:
+                click.echo(f"warning: {name}: transaction index rebuilt: {problem}", err=True)
             if fmt == "json":
                 click.echo(json.dumps({**summary.to_json(), "note": _note(summary)}))
     return results, failures

@@ -145,6 +145,7 @@ class CompactionSummary:
     rolled_active: bool = False  # the active segment was rolled first (roll_active)
     bound: str | None = None  # nothing cleanable: the bound that said so (``Bound`` value)
     note: str | None = None  # nothing cleanable: why, in words
+    txn_index_problems: tuple[str, ...] = ()  # .txnindex files rebuilt from the markers, and why
 
     @property
     def records_removed(self) -> int:
@@ -367,6 +368,7 @@ class _Run:
             rolled_active=rolled,
             bound=bound,
             note=note,
+            txn_index_problems=total.txn_index_problems,
         )
 
     def _sweep(self, p: CleaningPlan, upper: int) -> int:

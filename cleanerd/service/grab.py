@@ -46,6 +46,7 @@ def add_clean(totals: CleaningTotals, stats: CleanerStats) -> CleaningTotals:
         tombstones_removed=totals.tombstones_removed + stats.tombstones_removed,
         markers_removed=totals.markers_removed + stats.markers_removed,
         unkeyed_records_removed=totals.unkeyed_records_removed + stats.invalid_messages_read,
+        txn_indexes_rebuilt=totals.txn_indexes_rebuilt + stats.txn_indexes_rebuilt,
     )
 
 

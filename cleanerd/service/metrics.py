@@ -171,6 +171,12 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "cleanerd_markers_removed_total", "counter", "Transaction markers dropped by cleanings.", ""
     ),
     MetricDoc(
+        "cleanerd_txn_index_rebuilds_total",
+        "counter",
+        ".txnindex files rebuilt because they disagreed with the log's ABORT markers.",
+        "",
+    ),
+    MetricDoc(
         "cleanerd_unkeyed_records_removed_total",
         "counter",
         "Records without a key dropped by cleanings.",
@@ -335,6 +341,7 @@ def _budget_and_counters(s: DaemonSnapshot) -> list[Metric]:
         _counter("cleanerd_tombstones_removed_total", t.tombstones_removed),
         _counter("cleanerd_markers_removed_total", t.markers_removed),
         _counter("cleanerd_unkeyed_records_removed_total", t.unkeyed_records_removed),
+        _counter("cleanerd_txn_index_rebuilds_total", t.txn_indexes_rebuilt),
         _counter("cleanerd_segments_rolled_total", t.segments_rolled),
         _counter("cleanerd_segments_deleted_total", t.segments_deleted),
         _counter("cleanerd_worker_restarts_total", t.worker_restarts),

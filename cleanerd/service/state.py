@@ -97,6 +97,7 @@ class CleaningTotals:
     tombstones_removed: int = 0
     markers_removed: int = 0
     unkeyed_records_removed: int = 0
+    txn_indexes_rebuilt: int = 0  # .txnindex files that disagreed with the ABORT markers
     segments_rolled: int = 0  # idle active segments rolled past max.compaction.lag.ms
     segments_deleted: int = 0  # by retention (compact,delete)
     worker_restarts: int = 0
