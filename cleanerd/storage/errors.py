@@ -21,3 +21,8 @@ class LogDirLockedError(StorageError):
 
 class OffsetOutOfRangeError(StorageError):
     """An offset lies outside the log, or outside a segment's 32-bit relative range."""
+
+
+class UnsafeSwapError(StorageError):
+    """A ``.swap`` or ``.cleaned`` file that recovery cannot trust: the partition is refused and
+    nothing in its dir was renamed or deleted (finishing a bad swap would replace good data)."""
