@@ -120,3 +120,27 @@ def test_truncated_inactive_segment_is_refused_and_its_indexes_left_alone(
     result = assert_refused(logdir, part, target)
     assert "truncated" in result.output or "runs past the end" in result.output
     assert not list(part.glob("*.tmp"))
+
+
+def test_checkpoints_compaction_depends_on_fail_it_and_the_others_warn(tmp_path: Path) -> None:
+    """Case 6: garbage in the cleaner checkpoint names the file and line and changes nothing;
+    garbage recovery-point and leader-epoch checkpoints (which compaction does not read) are
+    warnings; an out-of-range cleaner checkpoint is reset as Kafka resets it, with a warning."""
+    logdir = make(tmp_path, topic="cp", seed=2)
+    part = logdir / "cp-0"
+    cleaner = logdir / "cleaner-offset-checkpoint"
+    cleaner.write_text("garbage\n")
+    before = {**snapshot(logdir), **snapshot(part)}
+    result = compact(logdir)
+    assert result.exit_code == 1
+    assert f"{cleaner} line 1" in result.output
+    assert {**snapshot(logdir), **snapshot(part)} == before
+
+    cleaner.write_text("0\n1\ncp 0 -5\n")
+    (logdir / "recovery-point-offset-checkpoint").write_text("junk\n")
+    (part / "leader-epoch-checkpoint").write_text("0\n1\nzero 0\n")
+    result = compact(logdir)
+    assert result.exit_code == 0, result.output
+    assert "recovery-point-offset-checkpoint line 1" in result.stderr
+    assert "leader-epoch-checkpoint line 3" in result.stderr
+    assert "cleaner-offset-checkpoint entry -5 is outside the log" in result.stderr

@@ -56,6 +56,11 @@ from cleanerd.compaction.one_shot import (
 from cleanerd.compaction.strategy import Strategy
 from cleanerd.compaction.topic_config import INT_MAX
 from cleanerd.format.errors import CorruptRecordError
+from cleanerd.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    read_any_checkpoint,
+)
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import wall_clock_ms
@@ -172,11 +177,25 @@ def compact(
                 except StorageError as e:
                     click.echo(f"Error: {e}", err=True)
                     raise SystemExit(1) from None
+        _warn_unused_checkpoints(jobs)
         results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, roll_active, fmt)
     if fmt == "text":
         _print_table(results, failures, dry_run)
     if failures:
         raise SystemExit(1)
+
+
+def _warn_unused_checkpoints(jobs: list[Job]) -> None:
+    """Checkpoints compaction does not depend on (Kafka's recovery point, the leader epochs) are
+    checked as ``verify`` checks them: a bad one is a warning naming the file and line. Those it
+    depends on (cleaner offsets, log start, high watermark) fail the partition when read."""
+    paths = {t.directory.parent / RECOVERY_POINT_CHECKPOINT for t, _ in jobs}
+    paths |= {t.directory / LEADER_EPOCH_CHECKPOINT for t, _ in jobs}
+    for path in sorted(p for p in paths if p.exists()):
+        try:
+            read_any_checkpoint(path)
+        except (StorageError, OSError) as e:
+            click.echo(f"warning: {e} (not used by compaction)", err=True)
 
 
 def _run(
@@ -207,6 +226,8 @@ def _run(
                     click.echo(json.dumps({"partition": name, "error": str(e)}))
                 continue
             results.append(summary)
+            if summary.checkpoint_reset is not None:
+                click.echo(f"warning: {name}: {summary.checkpoint_reset}", err=True)
             for problem in summary.txn_index_problems:
                 click.echo(f"warning: {name}: transaction index rebuilt: {problem}", err=True)
             if fmt == "json":

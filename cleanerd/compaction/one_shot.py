@@ -146,6 +146,7 @@ class CompactionSummary:
     bound: str | None = None  # nothing cleanable: the bound that said so (``Bound`` value)
     note: str | None = None  # nothing cleanable: why, in words
     txn_index_problems: tuple[str, ...] = ()  # .txnindex files rebuilt from the markers, and why
+    checkpoint_reset: str | None = None  # a cleaner checkpoint outside the log, reset (Kafka's)
 
     @property
     def records_removed(self) -> int:
@@ -319,6 +320,13 @@ class _Run:
         rolled = roll_active and self._roll()
         before = census(self.log)
         p = self._plan()
+        reset = None
+        if p.checkpoint_invalid:  # Kafka resets it to the log start too, with a warning
+            reset = (
+                f"cleaner-offset-checkpoint entry {self.meta.checkpoint} is outside the log "
+                f"[{self.meta.log_start_offset}, {self.meta.log_end_offset}]: cleaning from "
+                f"{p.first_dirty_offset}"
+            )
         target = p.first_uncleanable_offset
         while p.first_dirty_offset < min(p.first_uncleanable_offset, target):
             p = dataclasses.replace(
@@ -369,6 +377,7 @@ class _Run:
             bound=bound,
             note=note,
             txn_index_problems=total.txn_index_problems,
+            checkpoint_reset=reset,
         )
 
     def _sweep(self, p: CleaningPlan, upper: int) -> int:
