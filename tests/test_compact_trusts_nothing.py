@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
+from cleanerd.cli.compact import _fingerprint, _what_changed
 from cleanerd.format import kernels as k
 from cleanerd.format.header import ATTR_TRANSACTIONAL
 from cleanerd.format.reader import scan_batches
@@ -144,3 +145,16 @@ def test_checkpoints_compaction_depends_on_fail_it_and_the_others_warn(tmp_path:
     assert "recovery-point-offset-checkpoint line 1" in result.stderr
     assert "leader-epoch-checkpoint line 3" in result.stderr
     assert "cleaner-offset-checkpoint entry -5 is outside the log" in result.stderr
+
+
+def test_failure_message_says_left_as_it_was_only_when_true(tmp_path: Path) -> None:
+    part = tmp_path / "t-0"
+    part.mkdir()
+    (part / "00000000000000000000.log").write_bytes(b"x")
+    before = _fingerprint(part)
+    assert _what_changed(part, before) == "partition left as it was"
+    (part / "00000000000000000000.log").rename(part / "00000000000000000000.log.deleted")
+    said = _what_changed(part, before)
+    assert said.startswith("partition changed before the failure: ")
+    assert "00000000000000000000.log," in said
+    assert "00000000000000000000.log.deleted" in said
