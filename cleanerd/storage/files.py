@@ -23,7 +23,7 @@ def filename_prefix(offset: int) -> str:
 def offset_from_name(name: str) -> int:
     """The decimal text before the first dot; ValueError if it is not a number."""
     head = name.split(".", 1)[0]
-    if not head.isdigit():
+    if not (head.isascii() and head.isdigit()):  # int() takes other scripts' digits too
         raise ValueError(f"{name!r} does not start with an offset")
     return int(head)
 

@@ -36,7 +36,7 @@ def list_logs(directory: Path) -> dict[int, int]:
     with os.scandir(directory) as entries:
         for entry in entries:
             head = entry.name.split(".", 1)[0]
-            if entry.name.endswith(LOG_SUFFIX) and head.isdigit():
+            if entry.name.endswith(LOG_SUFFIX) and head.isascii() and head.isdigit():
                 found[int(head)] = entry.inode()
     return found
 
