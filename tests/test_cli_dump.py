@@ -396,3 +396,36 @@ def test_real_process(built: Built, tmp_path: Path) -> None:
     )
     records = [x for x in out if x["type"] == "record"]
     assert done.stdout.count('"type":"record"') == len(records) - out[-1]["batch"]["count"]
+
+
+@pytest.mark.parametrize("damage", ["overlap", "below"])
+def test_offsets_must_rise_across_segments(copy: Built, built: Built, damage: str) -> None:
+    """Base offsets are not CRC-covered: segment 1's last batch moved onto segment 2's base
+    offset, or segment 2's first batch moved below it. The dump stops before that batch (as
+    for a corrupt one), names the file and the offsets, goes on with the next segment, exits 1."""
+    segs = segments(copy.partition)
+    bases = [int(p.stem) for p in segs]
+    target = segs[1] if damage == "overlap" else segs[2]
+    rows = _batches(target)
+    pos, _, base, last = rows[-1] if damage == "overlap" else rows[0]
+    value = bases[2] if damage == "overlap" else bases[2] - 1
+    data = bytearray(target.read_bytes())
+    struct.pack_into(">q", data, pos, value)
+    target.write_bytes(data)
+    for fmt in ("json", "text"):
+        result = run("--format", fmt, copy.partition)
+        assert result.exit_code == 1
+        where = f"{target} at byte {pos}: batch "
+        if damage == "overlap":
+            assert (
+                f"{where}offsets {value}..{value + last - base} are not below the base offset "
+                f"{bases[2]} of the next segment {segs[2].name} (last good offset {rows[-2][3]})"
+            ) in result.stderr
+        else:
+            assert f"{where}base offset {value} is below the segment's base offset" in result.stderr
+            assert "(no valid batch before it)" in result.stderr
+    everything = [r["offset"] for r in lines(run("--format", "json", built.partition))]
+    skipped = range(base, last + 1) if damage == "overlap" else range(bases[2], bases[3])
+    offsets = [r["offset"] for r in lines(run("--format", "json", copy.partition))]
+    assert offsets == [o for o in everything if o not in skipped]
+    assert run(target).exit_code == 1  # the segment alone is checked against its neighbours

@@ -4,10 +4,17 @@ Each file is a generator, so a 1 GiB segment streams: ``scan_batches`` walks the
 (one small row per batch) and records are decoded one batch at a time. A generator yields every
 line that was valid and then raises the error that stopped it (:class:`CorruptRecordError`,
 :class:`DumpError` or a ``StorageError``), so the caller can print both.
+
+A live segment (``<base offset>.log`` in its partition dir) is also checked against its
+neighbours as ``verify`` checks it: its first batch may not start below the base offset in its
+name, and its offsets must stay below the next segment's base offset. Base offsets are not
+covered by the CRC, so a damaged one passes every batch check but these; the dump stops before
+the first batch that breaks them.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Iterator
@@ -21,6 +28,7 @@ from cleanerd.format.reader import RecordBatch, scan_batches
 from cleanerd.format.records import Record
 from cleanerd.inspect.files import FileKind, base_offset_of, map_readonly, segment_logs
 from cleanerd.storage.checkpoints import read_any_checkpoint
+from cleanerd.storage.files import LOG_SUFFIX
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
 from cleanerd.storage.txnindex import AbortedTxn
@@ -128,19 +136,62 @@ def record_item(record: Record, batch: Item, header: BatchHeader, *, values: boo
     return item
 
 
+@functools.lru_cache(maxsize=4)
+def _live_segments(directory: Path, mtime_ns: int) -> tuple[tuple[int, str], ...]:
+    """(base offset, name) of a partition dir's segments, listed once per change of the dir
+    (``mtime_ns`` is part of the key), not once per segment of a 2,000-segment dump."""
+    return tuple((base, log.name) for base, log in segment_logs(directory))
+
+
+def segment_neighbours(path: Path) -> tuple[int, tuple[int, str] | None] | None:
+    """For a live segment: its base offset, and the next segment's (base offset, name) if any;
+    None for any other ``.log`` (a ``.swap`` or ``.cleaned`` leftover, a copy elsewhere...)."""
+    base = base_offset_of(path)
+    if base is None or not path.name.endswith(LOG_SUFFIX):
+        return None
+    live = _live_segments(path.parent, path.parent.stat().st_mtime_ns)
+    if (base, path.name) not in live:
+        return None
+    return base, next(((b, name) for b, name in live if b > base), None)
+
+
+def _offset_error(header: BatchHeader, bounds: tuple[int, tuple[int, str] | None]) -> str | None:
+    """Why the batch breaks the rising offsets across segments, or None."""
+    base, following = bounds
+    if header.base_offset < base:
+        return (
+            f"batch base offset {header.base_offset} is below the segment's base offset {base} "
+            "(its file name)"
+        )
+    if following is not None and header.last_offset >= following[0]:
+        return (
+            f"batch offsets {header.base_offset}..{header.last_offset} are not below the base "
+            f"offset {following[0]} of the next segment {following[1]}"
+        )
+    return None
+
+
 def log_items(path: Path, *, batches: bool, values: bool) -> Iterator[Item]:
     """Batch lines (optional) and record lines of a ``.log``; raises at the first bad batch.
 
     A batch's records are decoded before anything of it is yielded, so a batch whose records do
-    not decode is reported as the error instead of being half printed.
+    not decode is reported as the error instead of being half printed. A live segment's
+    batches must also lie between its base offset and the next segment's (see the module doc).
     """
     where = str(path)
     arr = map_readonly(path)
     scan = scan_batches(arr, path=where)
+    bounds = segment_neighbours(path)
     last_good = -1
     for i in range(len(scan)):
         header = scan.header(i)
-        fields = batch_fields(header, int(scan.batches[i, k.B_POS]))
+        position = int(scan.batches[i, k.B_POS])
+        reason = None if bounds is None else _offset_error(header, bounds)
+        if reason is not None:
+            raise CorruptRecordError(
+                reason, path=where, position=position, last_good_offset=last_good
+            )
+        fields = batch_fields(header, position)
         batch = RecordBatch(arr, scan.batches[i], header, where)
         try:
             lines = [record_item(r, fields, header, values=values) for r in batch.records()]
