@@ -98,6 +98,7 @@ class CleanerdConfig(BaseModel):
     http_host: str | None = "127.0.0.1"  # None: no HTTP server
     http_port: int = Field(default=9404, ge=0, le=65535)
     admin_token: str | None = None
+    status_public: bool = False  # False: /status only for loopback peers or the admin token
     per_partition_metrics: bool = True
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
@@ -192,6 +193,7 @@ FIELDS = {
     "cleanerd.retry.backoff.ms": "retry_backoff_ms",
     "cleanerd.retry.backoff.max.ms": "retry_backoff_max_ms",
     "cleanerd.admin.token": "admin_token",
+    "cleanerd.http.status.public": "status_public",
     "cleanerd.metrics.per.partition": "per_partition_metrics",
     "cleanerd.log.format": "log_format",
     "cleanerd.log.level": "log_level",

@@ -36,6 +36,7 @@ DAEMON_DEFAULTS: dict[str, object] = {
     "cleanerd.retry.backoff.ms": 1_000,
     "cleanerd.retry.backoff.max.ms": 60_000,
     "cleanerd.http.listen": "127.0.0.1:9404",
+    "cleanerd.http.status.public": False,
     "cleanerd.admin.token": "",
     "cleanerd.metrics.per.partition": True,
     "cleanerd.log.format": "auto",

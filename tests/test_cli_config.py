@@ -20,10 +20,59 @@ def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
-def test_check_example_is_ok() -> None:
+def test_check_example_is_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()  # the example's log.dirs, relative to the current dir
     code, out, err = run("check", "--config", str(EXAMPLE))
     assert (code, err) == (0, "")
     assert out.splitlines()[0] == "config ok"
+
+
+def test_check_warns_about_log_dirs_it_cannot_use(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    missing = tmp_path / "missing"
+    fine = tmp_path / "fine"
+    fine.mkdir()
+    code, out, err = run("check", "--set", f"log.dirs={a_file},{missing},{fine}")
+    assert code == 0
+    assert out.splitlines() == ["config ok"]
+    assert err.splitlines() == [
+        f"warning: log dir {a_file} is not a directory (log.dirs from command line); "
+        "cleanerd run would refuse to start",
+        f"warning: log dir {missing} does not exist (log.dirs from command line); "
+        "cleanerd run would refuse to start",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("listen", "token", "warned"),
+    [
+        ("0.0.0.0:9404", "", True),
+        ("[::]:9404", "", True),
+        ("192.0.2.7:9404", "", True),
+        ("db.example.com:9404", "", True),
+        ("0.0.0.0:9404", "s3cret", False),
+        ("127.0.0.1:9404", "", False),
+        ("127.0.0.2:0", "", False),
+        ("[::1]:9404", "", False),
+        ("localhost:9404", "", False),
+        ("off", "", False),
+    ],
+)
+def test_check_warns_about_an_open_port_without_a_token(
+    tmp_path: Path, listen: str, token: str, warned: bool
+) -> None:
+    sets = ["--set", f"log.dirs={tmp_path}", "--set", f"cleanerd.http.listen={listen}"]
+    code, out, err = run("check", *sets, "--set", f"cleanerd.admin.token={token}")
+    assert (code, out.splitlines()) == (0, ["config ok"])
+    if not warned:
+        assert err == ""
+        return
+    (line,) = err.splitlines()
+    assert line.startswith(f"warning: cleanerd.http.listen = {listen.rsplit(':', 1)[0]}")
+    assert "no cleanerd.admin.token" in line
+    assert "/status and admin actions answer loopback clients only" in line
 
 
 def test_check_bad_file_exits_2_with_every_problem(tmp_path: Path) -> None:

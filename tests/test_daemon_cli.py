@@ -9,8 +9,11 @@ import re
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
+import pytest
 from e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
 
 from cleanerd.service.metrics import METRICS_DOC
@@ -145,3 +148,87 @@ def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None
     assert refused.returncode == 2
     assert "is not a demo dir" in refused.stderr
     assert (other / "keep.txt").exists()
+
+
+def test_run_says_a_log_dir_that_is_a_file_is_not_a_directory(tmp_path: Path) -> None:
+    a_file = tmp_path / "data"
+    a_file.write_text("not a log dir")
+    result = _cleanerd("run", "--set", f"log.dirs={a_file}", "--set", "cleanerd.http.listen=off")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"error: log dir {a_file} is not a directory (log.dirs from command line); "
+        "set log.dirs to a directory"
+    ]
+    assert a_file.read_text() == "not a log dir"
+
+
+def test_run_warns_when_listening_beyond_loopback_without_a_token(tmp_path: Path) -> None:
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    port = free_port("0.0.0.0")
+    config = write_config(tmp_path, {"log.dirs": str(logdir)})
+    listen = ("--set", f"cleanerd.http.listen=0.0.0.0:{port}")  # after the harness's own --set
+    with DaemonProcess(config, tmp_path, port=port, extra_args=listen) as d:
+        status, body = d.get("/status")  # from 127.0.0.1: loopback, allowed
+        assert status == 200, body
+        big = urllib.request.Request(
+            f"{d.base_url}/partitions/t/0/pause", data=b"x" * (65 << 10), method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(big, timeout=10)
+        assert refused.value.code == 413
+        refused.value.close()
+        warned = [line for line in d.logs() if line.get("level") == "warning"]
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
+    assert any(
+        f"cleanerd.http.listen = 0.0.0.0:{port}" in line["event"]
+        and "no cleanerd.admin.token" in line["event"]
+        for line in warned
+    ), warned
+
+
+DEMO = (sys.executable, "-m", "cleanerd", "demo")
+
+
+def test_a_second_demo_on_a_running_demos_dir_touches_nothing(tmp_path: Path) -> None:
+    directory = tmp_path / "demo"
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}
+    first = subprocess.Popen(
+        [*DEMO, str(directory), "--duration", "120", "--listen", f"127.0.0.1:{port}"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        config = directory / "cleanerd-demo.toml"
+
+        def running() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        poll_until(running, timeout=120, what="the first demo's daemon")
+        before = {p.name: (p.stat().st_ino, p.read_bytes()) for p in (config, directory / ".lock")}
+        dirs = {p.name: p.stat().st_ino for p in directory.iterdir() if p.is_dir()}
+        second = _cleanerd("demo", str(directory), "--duration", "1", "--listen", "127.0.0.1:0")
+        assert second.returncode == 1
+        (line,) = second.stderr.splitlines()
+        assert line.startswith(f"error: log dir {directory} is locked by process {first.pid}")
+        assert {
+            p.name: (p.stat().st_ino, p.read_bytes()) for p in (config, directory / ".lock")
+        } == (before)
+        assert {p.name: p.stat().st_ino for p in directory.iterdir() if p.is_dir()} == dirs
+        first.send_signal(signal.SIGINT)  # Ctrl-C: the first demo stops and checks its logs
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(30)
+    assert first.returncode == 0, out + err
+    assert "survivors match the writer's model" in out

@@ -275,6 +275,7 @@ def test_corrupt_partition_becomes_uncleanable_and_the_others_go_on(tmp_path: Pa
 
         status = poll_until(settled, timeout=60, what="healthy ones cleaned, demo-1 uncleanable")
         metrics = d.scrape()
+        logs = d.logs()
         assert d.healthz()[0] == 200
         d.signal(signal.SIGTERM)
         assert d.wait(timeout=30) == 0
@@ -282,7 +283,69 @@ def test_corrupt_partition_becomes_uncleanable_and_the_others_go_on(tmp_path: Pa
     assert corrupt["state"] == "uncleanable"
     assert segment.name in corrupt["last_error"]
     assert corrupt["failures"] == 2  # the first try and one retry
+    assert sample_value(metrics, "cleanerd_failures_total") == 2
+    # each failure is logged, naming the file and position (in a cleaning, or in a survey when
+    # the survey itself checks the CRCs)
+    events = ("cleaning failed", "partition survey failed")
+    failed = [x for x in logs if x.get("event") in events and x.get("partition") == "demo-1"]
+    assert [(f["failures"], f.get("uncleanable")) for f in failed] == [(1, None), (2, True)]
+    assert all(f["file"] == str(segment) and isinstance(f["position"], int) for f in failed)
     assert sample_value(metrics, "cleanerd_uncleanable_partitions", log_dir=str(logdir)) == 1
     assert sample_value(metrics, "cleanerd_uncleanable_bytes", log_dir=str(logdir)) > 0
     assert _tree_hash(bad) == before  # its files are untouched
     assert not list(logdir.rglob("*.cleaned"))
+
+
+def test_truncated_segment_is_logged_counted_and_retried_before_uncleanable(
+    tmp_path: Path,
+) -> None:
+    logdir = tmp_path / "logs"
+    _gen(logdir, "--partitions", "2", "--records", "20000", "--segment-bytes", "300000")
+    bad = logdir / "demo-1"
+    segment = sorted(bad.glob("*.log"))[0]  # rolled: the active segment is the last one
+    segment.write_bytes(segment.read_bytes()[:-50])  # cut inside its last batch
+    before = _tree_hash(bad)
+    config = write_config(
+        tmp_path,
+        {
+            "log.dirs": str(logdir),
+            "log.cleanup.policy": "compact",
+            "log.cleaner.backoff.ms": BACKOFF_MS,
+            "cleanerd.retry.attempts": 2,
+            "cleanerd.retry.backoff.ms": 100,
+            "cleanerd.retry.backoff.max.ms": 150,
+        },
+    )
+    seen: list[tuple[bool, int]] = []  # (uncleanable, failures) of demo-1 at each look
+    with DaemonProcess(config, tmp_path) as d:
+
+        def settled() -> dict[str, Any] | None:
+            status = d.status()
+            corrupt = _partition(status, "demo-1")
+            seen.append((corrupt["uncleanable"], corrupt["failures"]))
+            cleaned = _partition(status, "demo-0")["cleanings"] >= 1
+            return status if cleaned and corrupt["uncleanable"] else None
+
+        status = poll_until(settled, timeout=90, interval=0.05, what="demo-1 uncleanable")
+        metrics = d.scrape()
+        logs = d.logs()
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
+    corrupt = _partition(status, "demo-1")
+    assert (corrupt["state"], corrupt["failures"]) == ("uncleanable", 3)  # a try, two retries
+    assert segment.name in corrupt["last_error"]
+    assert all(failures == 3 for uncleanable, failures in seen if uncleanable)  # never at once
+    assert status["totals"]["failures"] == 3
+    assert sample_value(metrics, "cleanerd_failures_total") == 3
+    assert sample_value(metrics, "cleanerd_uncleanable_partitions", log_dir=str(logdir)) == 1
+    failed = [line for line in logs if line.get("event") == "partition survey failed"]
+    assert [(f["failures"], f.get("retry_in_ms"), f.get("uncleanable")) for f in failed] == [
+        (1, 100, None),
+        (2, 150, None),
+        (3, None, True),
+    ]
+    for line in failed:
+        assert (line["partition"], line["file"], line["level"]) == ("demo-1", str(segment), "error")
+        assert isinstance(line["position"], int)
+        assert segment.name in line["error"]
+    assert _tree_hash(bad) == before  # nothing written in it

@@ -12,7 +12,15 @@ import pytest_asyncio
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from cleanerd.service.http import HttpServer, is_trusted, make_app, serve_app, start_http
+from cleanerd.service.http import (
+    MAX_BODY_BYTES,
+    Access,
+    HttpServer,
+    is_trusted,
+    make_app,
+    serve_app,
+    start_http,
+)
 from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.state import CleaningState, DaemonSnapshot, PartitionStatus
 from cleanerd.storage.topic_partition import TopicPartition
@@ -79,7 +87,7 @@ def daemon() -> FakeDaemon:
 
 @pytest_asyncio.fixture
 async def server(daemon: FakeDaemon) -> AsyncIterator[HttpServer]:
-    srv = await start_http(daemon, DaemonMetrics(daemon.snapshot), "127.0.0.1", 0, TOKEN)
+    srv = await start_http(daemon, DaemonMetrics(daemon.snapshot), "127.0.0.1", 0, Access(TOKEN))
     yield srv
     await srv.close()
 
@@ -230,7 +238,7 @@ async def _remote_peer(
 
 @pytest_asyncio.fixture
 async def remote_server(daemon: FakeDaemon) -> AsyncIterator[HttpServer]:
-    app = make_app(daemon, DaemonMetrics(daemon.snapshot), TOKEN)
+    app = make_app(daemon, DaemonMetrics(daemon.snapshot), Access(TOKEN))
     app.middlewares.insert(0, _remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)
     yield srv
@@ -248,9 +256,6 @@ async def test_remote_admin_refused_without_token(
             assert resp.status == 403
             assert "token" in (await resp.json())["error"]
     assert daemon.calls == []
-    # reading is open to everyone
-    async with client.get(_url(remote_server, "/status")) as resp:
-        assert resp.status == 200
 
 
 @pytest.mark.asyncio
@@ -280,3 +285,89 @@ async def test_close_frees_the_port(daemon: FakeDaemon) -> None:
     again = await start_http(daemon, DaemonMetrics(daemon.snapshot), "127.0.0.1", port)
     assert again.port == port
     await again.close()
+
+
+async def _remote(daemon: FakeDaemon, *, status_public: bool = False) -> HttpServer:
+    app = make_app(daemon, DaemonMetrics(daemon.snapshot), Access(TOKEN, status_public))
+    app.middlewares.insert(0, _remote_peer)
+    return await serve_app(app, "127.0.0.1", 0)
+
+
+@pytest.mark.asyncio
+async def test_status_is_refused_to_remote_peers_without_the_token(
+    remote_server: HttpServer, client: aiohttp.ClientSession
+) -> None:
+    for headers in ({}, {"Authorization": "Bearer nope"}):
+        async with client.get(_url(remote_server, "/status"), headers=headers) as resp:
+            assert resp.status == 403
+            assert "cleanerd.http.status.public" in (await resp.json())["error"]
+    async with client.get(
+        _url(remote_server, "/status"), headers={"Authorization": f"Bearer {TOKEN}"}
+    ) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["uncleanable_partitions"] == 1
+    # what Prometheus and health checkers need stays open
+    async with client.get(_url(remote_server, "/metrics")) as resp:
+        assert resp.status == 200
+    async with client.get(_url(remote_server, "/healthz")) as resp:
+        assert resp.status == 200
+
+
+@pytest.mark.asyncio
+async def test_status_public_opens_status_to_everyone(
+    daemon: FakeDaemon, client: aiohttp.ClientSession
+) -> None:
+    srv = await _remote(daemon, status_public=True)
+    try:
+        async with client.get(_url(srv, "/status")) as resp:
+            assert resp.status == 200
+        async with client.post(_url(srv, "/partitions/orders/0/pause")) as resp:
+            assert resp.status == 403  # admin actions still need the token
+    finally:
+        await srv.close()
+    assert daemon.calls == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("chunked", [False, True])
+async def test_request_bodies_are_capped(
+    server: HttpServer, client: aiohttp.ClientSession, daemon: FakeDaemon, chunked: bool
+) -> None:
+    big = b"x" * (MAX_BODY_BYTES + 1)
+
+    async def stream() -> AsyncIterator[bytes]:
+        for start in range(0, len(big), 4096):
+            yield big[start : start + 4096]
+
+    body = stream() if chunked else big
+    async with client.post(_url(server, "/partitions/orders/0/pause"), data=body) as resp:
+        assert resp.status == 413
+        assert str(MAX_BODY_BYTES) in (await resp.json())["error"]
+    assert daemon.calls == []
+    small = b"x" * 100  # a small body is read and ignored
+    async with client.post(_url(server, "/partitions/orders/0/pause"), data=small) as resp:
+        assert resp.status == 200
+    assert daemon.calls == [("pause", TopicPartition("orders", 0))]
+
+
+@pytest.mark.asyncio
+async def test_access_rules_are_read_at_each_request(
+    daemon: FakeDaemon, client: aiohttp.ClientSession
+) -> None:
+    """The daemon passes a function, so a SIGHUP that changes the token applies at once."""
+    rules = [Access("old-token")]
+    app = make_app(daemon, DaemonMetrics(daemon.snapshot), lambda: rules[-1])
+    app.middlewares.insert(0, _remote_peer)
+    srv = await serve_app(app, "127.0.0.1", 0)
+    try:
+        new = {"Authorization": "Bearer new-token"}
+        async with client.get(_url(srv, "/status"), headers=new) as resp:
+            assert resp.status == 403
+        rules.append(Access("new-token"))
+        async with client.get(_url(srv, "/status"), headers=new) as resp:
+            assert resp.status == 200
+        rules.append(Access(None, status_public=True))
+        async with client.get(_url(srv, "/status")) as resp:
+            assert resp.status == 200
+    finally:
+        await srv.close()

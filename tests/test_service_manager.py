@@ -10,13 +10,16 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.format.records import Record
-from cleanerd.service.manager import CleanerManager, CleanOutcome, Grab
+from cleanerd.service import metadata
+from cleanerd.service.manager import CleanerManager, CleanOutcome, Grab, RetryPolicy
 from cleanerd.service.sizing import map_bytes_for
 from cleanerd.service.state import CleaningState
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, write_offset_checkpoint
@@ -80,8 +83,12 @@ def _checkpoints(log_dir: Path, segments_clean: Mapping[str, int]) -> None:
     )
 
 
-def _manager(log_dir: Path, clock: Clock | None = None) -> CleanerManager:
-    return CleanerManager([log_dir], _settings, budget_bytes=BUDGET, clock_ms=clock or Clock())
+def _manager(
+    log_dir: Path, clock: Clock | None = None, retry: RetryPolicy | None = None
+) -> CleanerManager:
+    return CleanerManager(
+        [log_dir], _settings, budget_bytes=BUDGET, clock_ms=clock or Clock(), retry=retry
+    )
 
 
 def _refresh(manager: CleanerManager) -> None:
@@ -275,19 +282,19 @@ def test_done_records_history_and_totals(one: CleanerManager) -> None:
 
 
 # --- failures ----------------------------------------------------------------------------------
-RETRY = {"retry_attempts": 2, "backoff_ms": 1000, "backoff_max_ms": 1500}
+RETRY = RetryPolicy(attempts=2, backoff_ms=1000, backoff_max_ms=1500)
 
 
 def test_retry_with_backoff_then_uncleanable(tmp_path: Path) -> None:
     _log(tmp_path, "t", [RECENT] * 3)
     clock = Clock()
-    manager = _manager(tmp_path, clock)
+    manager = _manager(tmp_path, clock, RETRY)
     tp = _tp("t")
     waits = []
     for _ in range(2):
         _refresh(manager)
         _grab(manager)
-        manager.failed(tp, "boom", **RETRY)
+        assert "retry_in_ms" in manager.failed(tp, "boom")
         status = manager.status(tp)
         assert status is not None
         assert status.retry_at_ms is not None
@@ -298,7 +305,7 @@ def test_retry_with_backoff_then_uncleanable(tmp_path: Path) -> None:
         clock.now += 1
     assert waits == [1000, 1500]  # doubled, capped
     _grab(manager)
-    manager.failed(tp, "boom again", **RETRY)
+    assert manager.failed(tp, "boom again") == {"failures": 3, "uncleanable": True}
     status = manager.status(tp)
     assert status is not None
     assert (status.uncleanable, status.failures, status.last_error) == (True, 3, "boom again")
@@ -312,7 +319,7 @@ def test_retry_with_backoff_then_uncleanable(tmp_path: Path) -> None:
 def test_request_clean_skips_the_backoff(one: CleanerManager) -> None:
     tp = _tp("t")
     _grab(one)
-    one.failed(tp, "boom", **RETRY)
+    one.failed(tp, "boom")
     _refresh(one)
     assert one.grab() is None
     one.request_clean(tp)
@@ -321,7 +328,8 @@ def test_request_clean_skips_the_backoff(one: CleanerManager) -> None:
 
 def _make_uncleanable(manager: CleanerManager, tp: TopicPartition) -> None:
     _grab(manager)
-    manager.failed(tp, "boom", retry_attempts=0, backoff_ms=0, backoff_max_ms=0)
+    manager.failures.retry = RetryPolicy(attempts=0, backoff_ms=0, backoff_max_ms=0)
+    manager.failed(tp, "boom")
     status = manager.status(tp)
     assert status is not None
     assert status.uncleanable
@@ -367,14 +375,14 @@ def test_corrupt_partition_is_isolated(tmp_path: Path) -> None:
     path = bad.segments[1].log_path
     original = path.read_bytes()
     path.write_bytes(original[:20] + b"\xff" * 8 + original[28:])  # garbage in the first header
-    manager = _manager(tmp_path)
+    manager = _manager(tmp_path, retry=RetryPolicy(attempts=0))  # no retries: at once
     survey = manager.scan()
     assert survey.partitions[_tp("broken")].read_error is not None
     assert survey.partitions[_tp("good")].plan is not None
     manager.apply(survey)
     status = manager.status(_tp("broken"))
     assert status is not None
-    assert status.uncleanable
+    assert (status.uncleanable, status.failures, manager.totals.failures) == (True, 1, 1)
     assert status.cleanable_bytes > 0  # Kafka's uncleanable-bytes still shows
     assert status.last_error is not None
     assert path.name in status.last_error
@@ -440,3 +448,91 @@ def test_clean_outcome_from_a_job_result() -> None:
 
     stats = CleanerStats(clock=lambda: 0.0)
     assert CleanOutcome.from_job(Job(stats, 40, 1.5)) == CleanOutcome(stats, 40, 1.5)
+
+
+# --- survey failures: logged, counted, retried like failed cleanings -----------------------------
+def _failed_reads(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [line for line in logs if line["event"] == "partition survey failed"]
+
+
+def test_truncated_segment_is_logged_counted_and_retried_before_uncleanable(
+    tmp_path: Path,
+) -> None:
+    bad = _log(tmp_path, "broken", [RECENT] * 3)
+    _log(tmp_path, "good", [RECENT] * 3)
+    path = bad.segments[1].log_path
+    original = path.read_bytes()
+    path.write_bytes(original[:-7])  # a rolled segment cut inside its last batch
+    clock = Clock()
+    manager = _manager(tmp_path, clock, RETRY)
+    tp = _tp("broken")
+    with capture_logs() as logs:
+        _refresh(manager)
+        assert _grab(manager).tp == _tp("good")  # the unreadable one is not cleaned meanwhile
+        assert manager.grab() is None
+        _refresh(manager)  # backing off: not another attempt
+        clock.now += 1000
+        _refresh(manager)
+        clock.now += 1500
+        _refresh(manager)
+        clock.now += 10 * HOUR
+        _refresh(manager)  # retries used up on these same files: nothing more to say
+    failed = _failed_reads(logs)
+    assert [(f["failures"], f.get("retry_in_ms"), f.get("uncleanable")) for f in failed] == [
+        (1, 1000, None),
+        (2, 1500, None),
+        (3, None, True),
+    ]
+    assert {(f["partition"], f["file"], f["log_level"]) for f in failed} == {
+        ("broken-0", str(path), "error")
+    }
+    assert all(isinstance(f["position"], int) and str(path) in str(f["error"]) for f in failed)
+    status = manager.status(tp)
+    assert status is not None
+    assert (status.uncleanable, status.failures, manager.totals.failures) == (True, 3, 3)
+    assert status.last_error is not None
+    assert path.name in status.last_error
+    path.write_bytes(original)  # repaired
+    with capture_logs() as logs:
+        _refresh(manager)
+    assert [line["event"] for line in logs] == ["partition readable again"]
+    status = manager.status(tp)
+    assert status is not None
+    assert (status.uncleanable, status.failures, status.last_error) == (False, 0, None)
+    assert _grab(manager).tp == tp
+
+
+def test_partition_it_cannot_read_is_a_counted_failure_and_resume_retries_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bad = _log(tmp_path, "locked", [RECENT] * 3)
+    denied = str(bad.segments[0].log_path)
+    real_walk = metadata.walk_segment
+
+    def walk(base: int, path: Path, **kwargs: Any) -> Any:
+        if str(path) == denied:
+            raise PermissionError(13, "Permission denied", denied)
+        return real_walk(base, path, **kwargs)
+
+    monkeypatch.setattr(metadata, "walk_segment", walk)
+    manager = _manager(tmp_path, retry=RetryPolicy(attempts=0))
+    tp = _tp("locked")
+    with capture_logs() as logs:
+        _refresh(manager)
+        _refresh(manager)
+    failed = _failed_reads(logs)
+    assert len(failed) == 1
+    assert (failed[0]["file"], failed[0]["position"], failed[0]["uncleanable"]) == (
+        denied,
+        None,
+        True,
+    )
+    assert "Permission denied" in str(failed[0]["error"])
+    status = manager.status(tp)
+    assert status is not None
+    assert (status.uncleanable, status.failures, manager.totals.failures) == (True, 1, 1)
+    manager.resume(tp)  # an operator's "try again": the next survey is a new attempt
+    with capture_logs() as logs:
+        _refresh(manager)
+    assert [f["failures"] for f in _failed_reads(logs)] == [1]
+    assert manager.totals.failures == 2

@@ -34,9 +34,6 @@ def _pool(
         threads=1,
         load_factor=0.9,
         backoff_s=0.02,
-        retry_attempts=1,
-        retry_backoff_ms=10,
-        retry_backoff_max_ms=10,
     )
     pool = WorkerPool(
         manager,

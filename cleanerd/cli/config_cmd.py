@@ -21,6 +21,7 @@ from cleanerd.cli.options import format_option
 from cleanerd.cli.tables import table_console
 from cleanerd.config import ConfigError, LoadedConfig, load_config
 from cleanerd.config_sources import BROKER_TOPIC_DEFAULTS, topic_key
+from cleanerd.config_warnings import config_warnings
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INVALID = 2
@@ -89,18 +90,26 @@ def config_group() -> None:
     """Check or show cleanerd's configuration.
 
     Sources, later wins: defaults, --config (TOML), --kafka-properties, CLEANERD_* environment
-    variables, --set. Exit status: 0 valid; 2 invalid (one error line per problem).
+    variables, --set. Exit status: 0 valid (warnings, if any, on stderr); 2 invalid (one error
+    line per problem).
     """
 
 
 @config_group.command("check")
 @config_options
 def check(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str, ...]) -> None:
-    """Validate the configuration: prints ``config ok`` and notes, or every problem (exit 2)."""
+    """Validate the configuration: prints ``config ok`` and notes, or every problem (exit 2).
+
+    Also warns (on stderr; the exit status stays 0) about what is valid but will not work or is
+    unsafe: log dirs that do not exist or are not directories, an HTTP port reachable from the
+    network without cleanerd.admin.token.
+    """
     loaded = load_from_options(config_file, kafka_properties, sets)
     click.echo("config ok")
     for note in loaded.notes:
         click.echo(f"note: {note}")
+    for warning in config_warnings(loaded.config, loaded.origins.get("log.dirs", "default")):
+        click.echo(f"warning: {warning}", err=True)
 
 
 @config_group.command("show")

@@ -33,6 +33,7 @@ from cleanerd.service.logging import configure_logging
 from cleanerd.service.runner import run_async
 from cleanerd.service.state import DaemonSnapshot
 from cleanerd.storage.errors import StorageError
+from cleanerd.storage.logdir import LOCK_FILE, LogDir
 from cleanerd.workload.check import check_survivors
 from cleanerd.workload.live import LiveWriter
 
@@ -61,13 +62,30 @@ def _config_text(directory: Path, listen: str) -> str:
 """
 
 
-def _prepare(directory: Path) -> None:
+def _prepare(directory: Path) -> LogDir:
+    """Take the dir's ``.lock`` (the lock ``compact`` and ``run`` take), then empty it: a demo
+    still running there (or a daemon, or a broker) keeps it, and nothing is touched."""
     if directory.exists():
+        if not directory.is_dir():
+            raise click.UsageError(f"{directory} is not a directory: choose another DIR")
         if not (directory / MARKER).exists() and any(directory.iterdir()):
             raise click.UsageError(f"{directory} exists and is not a demo dir: choose another DIR")
-        shutil.rmtree(directory)
-    directory.mkdir(parents=True)
-    (directory / MARKER).write_text("made by cleanerd demo; removed by the next demo run\n")
+    directory.mkdir(parents=True, exist_ok=True)
+    lock = LogDir(directory)
+    lock.lock()  # LogDirLockedError names the process holding it
+    try:
+        for entry in directory.iterdir():
+            if entry.name == LOCK_FILE:
+                continue  # the lock we hold: never removed (another process may wait on it)
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        (directory / MARKER).write_text("made by cleanerd demo; removed by the next demo run\n")
+    except BaseException:
+        lock.unlock()
+        raise
+    return lock
 
 
 def _age(now_ms: int, then_ms: int | None) -> str:
@@ -151,7 +169,21 @@ def demo(directory: Path, duration: float | None, rate: float, listen: str) -> N
     """Run the daemon on a fresh demo log dir (DIRECTORY, default ./demo-data) fed by a writer
     of updates and deletes, and show its partitions live."""
     directory = directory.absolute()
-    _prepare(directory)
+    try:
+        lock = _prepare(directory)
+    except StorageError as e:
+        click.echo(f"error: {e}", err=True)
+        raise SystemExit(1) from None
+    try:
+        _run_demo(directory, lock, duration, rate, listen)
+    finally:
+        lock.unlock()
+
+
+def _run_demo(
+    directory: Path, lock: LogDir, duration: float | None, rate: float, listen: str
+) -> None:
+    """Write the config, start the writers, run the daemon on the locked dir, then check."""
     config_file = directory / "cleanerd-demo.toml"
     config_file.write_text(_config_text(directory, listen))
     loaded = load_from_options(config_file, None, ())
@@ -165,7 +197,7 @@ def demo(directory: Path, duration: float | None, rate: float, listen: str) -> N
         return load_config(config_file=config_file)
 
     async def main() -> int:
-        daemon = Daemon(loaded, reload)
+        daemon = Daemon(loaded, reload, held=(lock,))
         writer.start()
         c = loaded.config
         url = f"http://{join_listen(c.http_host or '127.0.0.1', c.http_port)}"

@@ -2,8 +2,10 @@
 
 ``run`` loads the config (defaults < ``--config`` TOML < ``--kafka-properties`` < ``CLEANERD_*``
 environment < ``--set``), configures logging and runs the daemon until SIGTERM/SIGINT.
-Exit codes: 0 stopped cleanly; 1 a log dir is locked, the port is taken or the daemon failed;
-2 invalid configuration (one line per problem).
+Exit codes: 0 stopped cleanly (SIGTERM/SIGINT at any moment, start-up included: see
+``early_stop``); 1 a log dir is missing, not a directory or locked, the port is taken, the
+daemon failed, or a cleaning outlived ``cleanerd.shutdown.timeout.ms``; 2 invalid configuration
+(one line per problem).
 
 ``ctl`` talks to a running daemon over its HTTP port (address and token from the same config
 sources, or ``--url`` and ``--token``).
@@ -19,12 +21,13 @@ from pathlib import Path
 
 import click
 
+from cleanerd.cli import early_stop
 from cleanerd.cli.config_cmd import config_options, load_from_options, parse_sets
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.config_sources import join_listen
 from cleanerd.service.daemon import Daemon, StartupError
 from cleanerd.service.logging import configure_logging
-from cleanerd.service.runner import run_daemon
+from cleanerd.service.runner import run_async
 from cleanerd.storage.errors import StorageError
 
 
@@ -48,8 +51,14 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
             overrides=parse_sets(sets),
         )
 
+    async def daemon() -> int:
+        try:
+            return await Daemon(loaded, reload).run()
+        finally:  # stopped: the process leaves with this code, whatever signal comes now
+            early_stop.ignore()
+
     try:
-        code = run_daemon(lambda: Daemon(loaded, reload))
+        code = run_async(daemon)
     except (StartupError, StorageError) as e:
         click.echo(f"error: {e}", err=True)
         raise SystemExit(1) from None

@@ -1,14 +1,16 @@
 """``cleanerd run``: the daemon's lifecycle around the manager and the workers.
 
-Start: lock every log dir (Kafka's ``.lock``), survey the partitions, bind the HTTP port, then
-tell systemd READY. Run: the manager loop rescans every ``log.cleaner.backoff.ms``, sooner after an
-admin request or when a worker runs out of work after cleanings (not after each cleaning: a survey
-holds the GIL for tens of microseconds per partition, which the workers need); it rolls idle
-active segments past ``max.compaction.lag.ms``, applies retention to ``compact,delete`` logs, and
-wakes the workers. Signals: SIGTERM/SIGINT stop (abort
-the running cleanings at the next batch boundary, wait for them up to the shutdown timeout, exit
-0); SIGHUP reloads the config and applies what can change at run time, keeping the old config when
-the new one is invalid.
+Start: install the signal handlers (first, so a stop at any moment of the start is orderly), lock
+every log dir (Kafka's ``.lock``), survey the partitions, bind the HTTP port, then tell systemd
+READY; a stop during the start skips what is left of it and exits 0.
+
+Run: the manager loop rescans every ``log.cleaner.backoff.ms``, sooner after an admin request or
+when a worker runs out of work after cleanings (not after each cleaning: a survey holds the GIL
+for tens of microseconds per partition, which the workers need); it rolls idle active segments
+past ``max.compaction.lag.ms``, applies retention to ``compact,delete`` logs, and wakes the
+workers. Signals: SIGTERM/SIGINT stop (abort the running cleanings at the next batch boundary,
+wait for them up to the shutdown timeout, exit 0); SIGHUP reloads the config and applies what
+can change at run time, keeping the old config when the new one is invalid.
 """
 
 from __future__ import annotations
@@ -21,25 +23,27 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.config import RESTART_SETTINGS, ConfigError, LoadedConfig, changed_settings
-from cleanerd.config_sources import join_listen
+from cleanerd.service.announce import log_listening, log_ready, status_line
 from cleanerd.service.budget import DedupeBudget
 from cleanerd.service.clean_job import JobResult
-from cleanerd.service.http import HttpServer, start_http
+from cleanerd.service.http import Access, HttpServer, start_http
 from cleanerd.service.logging import get_logger
 from cleanerd.service.maintenance import Maintenance
-from cleanerd.service.manager import CleanerManager
+from cleanerd.service.manager import CleanerManager, RetryPolicy
 from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.state import (
-    CleaningState,
     CleaningTotals,
     DaemonSnapshot,
     PartitionStatus,
 )
+from cleanerd.service.survey import Survey
 from cleanerd.service.systemd import SystemdNotifier
 from cleanerd.service.workers import PoolSettings, WorkerPool
 from cleanerd.storage.logdir import LogDir
@@ -53,6 +57,10 @@ STALL_FACTOR = 3
 (plus a minute for a slow survey)."""
 
 
+_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
 class StartupError(Exception):
     """The daemon cannot start (a log dir is missing or locked, the port is taken)."""
 
@@ -63,10 +71,12 @@ def _pool_settings(loaded: LoadedConfig) -> PoolSettings:
         threads=c.threads if c.cleaner_enable else 0,
         load_factor=c.load_factor,
         backoff_s=c.backoff_ms / 1000,
-        retry_attempts=c.retry_attempts,
-        retry_backoff_ms=c.retry_backoff_ms,
-        retry_backoff_max_ms=c.retry_backoff_max_ms,
     )
+
+
+def _retry(loaded: LoadedConfig) -> RetryPolicy:
+    c = loaded.config
+    return RetryPolicy(c.retry_attempts, c.retry_backoff_ms, c.retry_backoff_max_ms)
 
 
 class Daemon:
@@ -79,8 +89,12 @@ class Daemon:
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
         notifier: SystemdNotifier | None = None,
+        held: Sequence[LogDir] = (),
     ) -> None:
+        """``held``: log dir locks the caller already holds (``demo`` locks its dir before
+        preparing it); the daemon uses them as they are and leaves them to the caller."""
         self.loaded = loaded
+        self._held = tuple(held)
         self._reload_config = reload
         self.clock_ms = clock_ms
         self.notifier = notifier or SystemdNotifier.from_env()
@@ -91,6 +105,7 @@ class Daemon:
             load_factor=c.load_factor,
             budget_bytes=c.dedupe_buffer_size,
             clock_ms=clock_ms,
+            retry=_retry(loaded),
         )
         self.budget = DedupeBudget(c.dedupe_buffer_size)
         self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
@@ -105,26 +120,24 @@ class Daemon:
         self._stop = asyncio.Event()
         self._rescan = asyncio.Event()
         self._locks: list[LogDir] = []
+        self._previous_handlers: dict[int, SignalHandler] = {}
         self._manager_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> int:
         """Run until stopped; returns the exit code (0 after a clean stop)."""
         c = self.loaded.config
-        self._lock_log_dirs(c.log_dirs)
+        self._install_signals()
         try:
-            self.manager.apply(await asyncio.to_thread(self.manager.scan))
+            self._lock_log_dirs(c.log_dirs)
+            survey = await self._starting(asyncio.to_thread(self.manager.scan))
+            if survey is None:
+                return self._stopped_early()
+            self.manager.apply(survey)
             if c.http_host is not None:
-                try:
-                    self.http = await start_http(
-                        self, self.metrics, c.http_host, c.http_port, c.admin_token
-                    )
-                except OSError as e:
-                    raise StartupError(
-                        f"cannot listen on {c.http_host}:{c.http_port} "
-                        f"(cleanerd.http.listen): {e.strerror or e}"
-                    ) from None
-            self._install_signals()
+                await self._start_http()
+            if self._stop.is_set():
+                return self._stopped_early()
             self.pool = WorkerPool(
                 self.manager,
                 self.budget,
@@ -137,7 +150,7 @@ class Daemon:
             self._manager_task = asyncio.create_task(self._manager_loop(), name="manager")
             watchdog = asyncio.create_task(self.notifier.run_watchdog(), name="watchdog")
             self.ready = True
-            self._started_log()
+            log_ready(c, self.manager.statuses(), self.http.port if self.http else None)
             self.notifier.ready(self._status_line())
             stop_wait = asyncio.create_task(self._stop.wait())
             await asyncio.wait({stop_wait, self._manager_task}, return_when=asyncio.FIRST_COMPLETED)
@@ -153,6 +166,47 @@ class Daemon:
                 await self.http.close()
             for lock in self._locks:
                 lock.unlock()
+            self._restore_signals()
+
+    async def _starting(self, step: Awaitable[Survey]) -> Survey | None:
+        """The start-up survey, or None when a stop came first. The survey runs in a thread,
+        which cannot be interrupted: it gets the shutdown timeout to end, then exit 1."""
+        task = asyncio.ensure_future(step)
+        stop_wait = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if not self._stop.is_set():
+            return task.result()
+        timeout = self.loaded.config.shutdown_timeout_ms / 1000
+        _, pending = await asyncio.wait({task}, timeout=timeout)
+        if pending:
+            log.error("shutdown timeout: the start-up survey did not end", timeout_s=timeout)
+            self._exit_now()
+        if task.exception() is not None:  # stopping anyway: say it, do not raise it
+            log.warning("start-up survey failed while stopping", error=repr(task.exception()))
+        return None
+
+    def _stopped_early(self) -> int:
+        log.info("stopped before start-up finished")
+        self.notifier.stopping()
+        return 0
+
+    async def _start_http(self) -> None:
+        c = self.loaded.config
+        assert c.http_host is not None
+        try:
+            self.http = await start_http(self, self.metrics, c.http_host, c.http_port, self._access)
+        except OSError as e:
+            raise StartupError(
+                f"cannot listen on {c.http_host}:{c.http_port} "
+                f"(cleanerd.http.listen): {e.strerror or e}"
+            ) from None
+        log_listening(c)
+
+    def _access(self) -> Access:
+        """The HTTP access rules of the current config (a reload applies at the next request)."""
+        c = self.loaded.config
+        return Access(c.admin_token, c.status_public)
 
     def request_stop(self, reason: str = "requested") -> None:
         if not self._stop.is_set():
@@ -162,20 +216,37 @@ class Daemon:
     def _lock_log_dirs(self, dirs: tuple[Path, ...]) -> None:
         source = self.loaded.origins.get("log.dirs", "default")
         for path in dirs:
-            if not path.is_dir():
+            if not path.exists():
                 raise StartupError(
                     f"log dir {path} does not exist (log.dirs from {source}); "
                     "create it or set log.dirs"
                 )
+            if not path.is_dir():
+                raise StartupError(
+                    f"log dir {path} is not a directory (log.dirs from {source}); "
+                    "set log.dirs to a directory"
+                )
+            if any(h.is_locked and h.path.resolve() == path.resolve() for h in self._held):
+                continue
             lock = LogDir(path)
             lock.lock()  # StorageError names the holder's PID
             self._locks.append(lock)
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
+        self._previous_handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, signal.Signals(sig).name)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+
+    def _restore_signals(self) -> None:
+        """Put back the handlers found at start (the loop would reset them to the default,
+        under which a late SIGTERM ends the process by the signal instead of the exit code)."""
+        loop = asyncio.get_running_loop()
+        for sig, previous in self._previous_handlers.items():
+            loop.remove_signal_handler(sig)
+            if previous is not None:
+                signal.signal(sig, previous)
 
     async def _shutdown(self) -> None:
         self.stopping = True
@@ -194,6 +265,10 @@ class Daemon:
         # A thread cannot be killed, and the interpreter would wait for it at exit: leave now.
         # Its .cleaned file (if any) is removed by swap recovery on the next open.
         log.error("shutdown timeout: a cleaning did not stop in time; exiting", timeout_s=timeout)
+        self._exit_now()
+
+    def _exit_now(self) -> NoReturn:
+        """Leave with exit 1 without waiting for threads (the interpreter would wait at exit)."""
         for lock in self._locks:
             lock.unlock()
         sys.stderr.flush()
@@ -247,7 +322,10 @@ class Daemon:
         self.throttler.set_rate(c.io_max_bytes_per_second)
         self.budget.resize(c.dedupe_buffer_size)
         self.manager.configure(
-            c.topic_settings, load_factor=c.load_factor, budget_bytes=c.dedupe_buffer_size
+            c.topic_settings,
+            load_factor=c.load_factor,
+            budget_bytes=c.dedupe_buffer_size,
+            retry=_retry(new),
         )
         self.loaded = new
         if self.pool is not None:
@@ -324,32 +402,5 @@ class Daemon:
     def clean(self, tp: TopicPartition) -> PartitionStatus | None:
         return self._admin(tp, self.manager.request_clean)
 
-    # --- status text --------------------------------------------------------------------------
     def _status_line(self) -> str:
-        statuses = self.manager.statuses()
-        busy = [str(s.tp) for s in statuses if s.state is CleaningState.IN_PROGRESS]
-        uncleanable = sum(1 for s in statuses if s.uncleanable)
-        text = (
-            f"{len(statuses)} partitions, {sum(1 for s in statuses if s.cleanable)} to clean, "
-            f"{uncleanable} uncleanable"
-        )
-        return text + (f"; cleaning {', '.join(busy[:3])}" if busy else "")
-
-    def _started_log(self) -> None:
-        c = self.loaded.config
-        statuses = self.manager.statuses()
-        log.info(
-            "cleanerd ready",
-            log_dirs=[str(p) for p in c.log_dirs],
-            partitions=len(statuses),
-            compacted=sum(1 for s in statuses if s.compacted),
-            workers=c.threads,
-            http=f"http://{join_listen(c.http_host, self.http.port)}"
-            if self.http is not None and c.http_host is not None
-            else None,
-        )
-        if statuses and not any(s.compacted for s in statuses):
-            log.warning(
-                "no partition has cleanup.policy=compact: nothing will be compacted "
-                "(set log.cleanup.policy or a [topics] table)"
-            )
+        return status_line(self.manager.statuses())

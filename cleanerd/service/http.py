@@ -3,26 +3,33 @@
 Served by aiohttp inside the event loop, so handlers call the manager directly (it is only ever
 used from the loop thread) and a scrape reads one fresh snapshot. Admin actions change what the
 daemon does, so they are refused unless the peer is loopback or sends the configured bearer
-token. Forwarding headers are ignored on purpose: behind a reverse proxy on the same host every
-request looks local, so such a deployment should set ``cleanerd.admin.token`` and not rely on
-loopback alone.
+token; ``/status`` names every partition and its errors (paths included), so it follows the same
+rule unless ``cleanerd.http.status.public`` is set. ``/metrics`` and ``/healthz`` stay open, as
+Prometheus and health checkers expect. Forwarding headers are ignored on purpose: behind a
+reverse proxy on the same host every request looks local, so such a deployment should set
+``cleanerd.admin.token`` and not rely on loopback alone. No route takes a body; a request body
+over ``MAX_BODY_BYTES`` is refused (413) before any handler runs.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
 
+from cleanerd.config_warnings import is_loopback_host
 from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.state import DaemonSnapshot, PartitionStatus
 from cleanerd.storage.topic_partition import TopicPartition
 
 ACTIONS = ("pause", "resume", "clean")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_BODY_BYTES = 64 << 10
+"""Largest request body read (no route needs one; the cap keeps a client from feeding it)."""
 SHUTDOWN_TIMEOUT_S = 2.0
 """How long ``close()`` lets in-flight requests finish; scrapes and admin calls are quick."""
 
@@ -46,15 +53,8 @@ def is_trusted(peer_ip: str | None, auth_header: str | None, token: str | None) 
 
     Without a configured token, only loopback may act. The comparison is constant-time.
     """
-    if peer_ip is not None:
-        try:
-            addr = ipaddress.ip_address(peer_ip.split("%", 1)[0])  # drop an IPv6 zone id
-        except ValueError:
-            addr = None
-        if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-            addr = addr.ipv4_mapped  # ::ffff:127.0.0.1 from a dual-stack socket
-        if addr is not None and addr.is_loopback:
-            return True
+    if peer_ip is not None and is_loopback_host(peer_ip):
+        return True
     if not token or not auth_header:
         return False
     scheme, _, presented = auth_header.strip().partition(" ")
@@ -72,8 +72,39 @@ def _error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status)
 
 
-def make_app(api: AdminApi, metrics: DaemonMetrics, token: str | None = None) -> web.Application:
-    """The application with every route; ``start_http`` serves it."""
+@web.middleware
+async def _cap_body(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """413 for a body over ``MAX_BODY_BYTES`` (announced or streamed), before the handler."""
+    announced = request.content_length
+    too_big = announced is not None and announced > MAX_BODY_BYTES
+    if not too_big and request.body_exists:
+        try:
+            await request.read()  # bounded by the application's client_max_size
+        except web.HTTPRequestEntityTooLarge:
+            too_big = True
+    if too_big:
+        return _error(413, f"request body over {MAX_BODY_BYTES} bytes")
+    return await handler(request)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may do what: ``cleanerd.admin.token`` and ``cleanerd.http.status.public``."""
+
+    token: str | None = None
+    status_public: bool = False  # False: /status for loopback peers and token bearers only
+
+
+def make_app(
+    api: AdminApi, metrics: DaemonMetrics, access: Access | Callable[[], Access] = Access()
+) -> web.Application:
+    """The application with every route; ``start_http`` serves it. ``access`` may be a
+    function, read at each request, so a reloaded token applies at once."""
+    current = access if callable(access) else lambda: access
+
+    def trusted(request: web.Request) -> bool:
+        token = current().token
+        return is_trusted(request.remote, request.headers.get("Authorization"), token)
 
     async def get_metrics(_: web.Request) -> web.Response:
         body, content_type = metrics.render()
@@ -85,11 +116,17 @@ def make_app(api: AdminApi, metrics: DaemonMetrics, token: str | None = None) ->
             return web.Response(text="ok\n")
         return web.Response(text=f"{reason}\n", status=503)
 
-    async def get_status(_: web.Request) -> web.Response:
+    async def get_status(request: web.Request) -> web.Response:
+        if not current().status_public and not trusted(request):
+            return _error(
+                403,
+                "/status needs a loopback peer or the admin bearer token "
+                "(cleanerd.http.status.public = false)",
+            )
         return _json(api.snapshot().to_json())
 
     async def post_action(request: web.Request) -> web.Response:
-        if not is_trusted(request.remote, request.headers.get("Authorization"), token):
+        if not trusted(request):
             return _error(403, "admin actions need a loopback peer or the admin bearer token")
         info = request.match_info
         tp = TopicPartition(info["topic"], int(info["partition"]))
@@ -99,7 +136,7 @@ def make_app(api: AdminApi, metrics: DaemonMetrics, token: str | None = None) ->
         state = "uncleanable" if status.uncleanable else status.state.value
         return _json({"partition": str(tp), "state": state})
 
-    app = web.Application()
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_cap_body])
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
     app.router.add_get("/status", get_status)
@@ -139,7 +176,11 @@ async def serve_app(app: web.Application, host: str, port: int) -> HttpServer:
 
 
 async def start_http(
-    api: AdminApi, metrics: DaemonMetrics, host: str, port: int, token: str | None = None
+    api: AdminApi,
+    metrics: DaemonMetrics,
+    host: str,
+    port: int,
+    access: Access | Callable[[], Access] = Access(),
 ) -> HttpServer:
     """Serve metrics, health, status and admin actions on host:port (port 0: any free port)."""
-    return await serve_app(make_app(api, metrics, token), host, port)
+    return await serve_app(make_app(api, metrics, access), host, port)

@@ -4,8 +4,9 @@ Kafka's ``LogCleanerManager`` under the daemon: the states (in progress, aborted
 the uncleanable mark and the grab. The grab is KIP-354's order, which Kafka never shipped:
 overdue logs first by must-clean ratio, then the rest by dirty ratio (``plan.rank``); a log an
 admin asked to clean goes first whatever its ratio. cleanerd adds what Kafka lacks: a failed
-clean is retried with exponential backoff before the partition is marked uncleanable, and the
-mark is lifted when the partition's files change or on resume.
+clean, or a survey that cannot read the partition, is logged, counted and retried with exponential
+backoff before the partition is marked uncleanable (``failures``), and the mark is lifted when the
+partition's files change, when a survey reads it again, or on resume.
 
 Split in two so the event loop never reads files: ``scan`` (thread-safe, no status change) takes
 a ``Survey`` in a thread; ``apply`` and everything else run on the loop thread.
@@ -17,9 +18,11 @@ import dataclasses
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cleanerd.compaction.plan import CleaningPlan, LogMeta
 from cleanerd.compaction.topic_settings import TopicSettings
+from cleanerd.service.failures import FailureBook, RetryPolicy
 from cleanerd.service.grab import (
     CleanOutcome,
     Grab,
@@ -29,6 +32,7 @@ from cleanerd.service.grab import (
     idle_roll_due,
     retention_due,
 )
+from cleanerd.service.logging import get_logger
 from cleanerd.service.metadata import MetadataCache
 from cleanerd.service.sizing import map_bytes_for
 from cleanerd.service.state import (
@@ -43,7 +47,9 @@ from cleanerd.storage.topic_partition import TopicPartition
 IDLE, IN_PROGRESS = CleaningState.IDLE, CleaningState.IN_PROGRESS
 ABORTED, PAUSED = CleaningState.ABORTED, CleaningState.PAUSED
 
-__all__ = ["CleanOutcome", "CleanerManager", "Grab"]
+__all__ = ["CleanOutcome", "CleanerManager", "Grab", "RetryPolicy"]
+
+log = get_logger("cleanerd.manager")
 
 
 class CleanerManager:
@@ -57,8 +63,10 @@ class CleanerManager:
         load_factor: float = 0.9,
         budget_bytes: int = 128 << 20,
         clock_ms: Callable[[], int] = wall_clock_ms,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.log_dirs = tuple(Path(d) for d in log_dirs)
+        self.failures = FailureBook(retry or RetryPolicy())
         self._config = (resolve, load_factor, budget_bytes)
         self._clock = clock_ms
         self._cache = MetadataCache()
@@ -68,9 +76,7 @@ class CleanerManager:
         self._stale: set[TopicPartition] = set()  # grabbed since the last fresh survey entry
         self._released: dict[TopicPartition, int] = {}  # epoch at which a worker let go
         self._epoch = 0
-        self._scan_bad: set[TopicPartition] = set()  # its files could not be read
         self._config_bad: set[TopicPartition] = set()  # its topic config did not resolve
-        self._clean_bad: dict[TopicPartition, int | None] = {}  # fingerprint after the failure
         self.totals = CleaningTotals()
         self.survey_errors: tuple[str, ...] = ()
         # Kafka's LogCleanerManager gauges and KIP-354's PreCleanStats, from the last grab
@@ -80,9 +86,18 @@ class CleanerManager:
         self.last_success_ms: int | None = None
 
     # --- configuration and scanning ---------------------------------------------------------
-    def configure(self, resolve: Resolve, *, load_factor: float, budget_bytes: int) -> None:
-        """New topic settings and sizing (SIGHUP); the next scan plans with them."""
+    def configure(
+        self,
+        resolve: Resolve,
+        *,
+        load_factor: float,
+        budget_bytes: int,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        """New topic settings, sizing and retry rule (SIGHUP); the next scan plans with them."""
         self._config = (resolve, load_factor, budget_bytes)
+        if retry is not None:
+            self.failures.retry = retry
 
     @property
     def metadata(self) -> MetadataCache:
@@ -105,14 +120,18 @@ class CleanerManager:
             gone = tp not in survey.partitions and st.log_dir not in survey.unlisted_log_dirs
             if gone and st.state not in (IN_PROGRESS, ABORTED):
                 self._forget(tp)
+        for error in survey.errors:
+            if error not in self.survey_errors:  # once while it lasts, not every survey
+                log.error("log dir survey problem", error=error)
         self.survey_errors = survey.errors
 
     def _forget(self, tp: TopicPartition) -> None:
         del self._statuses[tp]
-        for found in (self._surveyed, self._released, self._clean_bad):
+        for found in (self._surveyed, self._released):
             found.pop(tp, None)
-        for marks in (self._stale, self._scan_bad, self._config_bad):
+        for marks in (self._stale, self._config_bad):
             marks.discard(tp)
+        self.failures.forget(tp)
 
     def _apply_one(self, tp: TopicPartition, entry: PartitionSurvey, epoch: int) -> None:
         st = self._statuses.get(tp)
@@ -125,6 +144,8 @@ class CleanerManager:
         self._surveyed[tp] = entry
         st.size_bytes = entry.meta.size_bytes
         if entry.config_error is not None:
+            if tp not in self._config_bad:
+                log.error("topic config invalid", partition=str(tp), error=entry.config_error)
             self._config_bad.add(tp)
             st.last_error = entry.config_error
             return
@@ -132,20 +153,19 @@ class CleanerManager:
             self._config_bad.discard(tp)
             st.last_error = None
         st.compacted = entry.compacted
-        if entry.read_error is not None:
-            self._scan_bad.add(tp)
-            st.last_error = entry.read_error
-        elif tp in self._scan_bad:
-            self._scan_bad.discard(tp)
-            st.last_error = None
-        if tp in self._clean_bad and entry.read_error is None:
-            seen = self._clean_bad[tp]
-            if seen is None:
-                self._clean_bad[tp] = entry.fingerprint  # the files as the failure left them
-            elif seen != entry.fingerprint:
-                del self._clean_bad[tp]
-                st.failures, st.retry_at_ms = 0, None
-        st.uncleanable = tp in self._scan_bad or tp in self._clean_bad
+        meta = entry.meta
+        if meta.error is None:
+            self.failures.read_ok(st, entry.fingerprint)
+        elif self.failures.read_failed(
+            st,
+            meta.error,
+            entry.fingerprint,
+            self._clock(),
+            file=meta.error_file,
+            position=meta.error_position,
+        ):
+            self.totals = dataclasses.replace(self.totals, failures=self.totals.failures + 1)
+        st.uncleanable = self.failures.uncleanable(tp)
         self._take_plan(st, entry.plan)
 
     @staticmethod
@@ -178,6 +198,7 @@ class CleanerManager:
                 or st.uncleanable
                 or tp in self._stale
                 or tp in self._config_bad
+                or tp in self.failures.unreadable
             ):
                 continue
             if st.retry_at_ms is not None and st.retry_at_ms > now and not st.clean_requested:
@@ -252,33 +273,20 @@ class CleanerManager:
         st.last_clean_ms, st.last_clean_seconds = now, result.seconds
         st.first_dirty_offset = result.end_offset
         st.failures, st.retry_at_ms, st.last_error = 0, None, None
-        self._clean_bad.pop(tp, None)
-        st.uncleanable = tp in self._scan_bad
+        self.failures.clean_ok(tp)
+        st.uncleanable = self.failures.uncleanable(tp)
 
-    def failed(
-        self,
-        tp: TopicPartition,
-        error: str,
-        *,
-        retry_attempts: int,
-        backoff_ms: int,
-        backoff_max_ms: int,
-    ) -> None:
+    def failed(self, tp: TopicPartition, error: str) -> dict[str, Any]:
         """A failed clean: retry after ``backoff * 2**(failures-1)`` (capped), and after
-        ``retry_attempts`` retries mark it uncleanable until its files change or resume."""
+        ``cleanerd.retry.attempts`` retries mark it uncleanable until its files change or
+        resume. Returns what happens next (failures, retry_in_ms or uncleanable) for the log."""
         st = self._let_go(tp)
         self.totals = dataclasses.replace(self.totals, failures=self.totals.failures + 1)
         if st is None:
-            return
-        st.failures += 1
-        st.last_error = error
-        if st.failures > retry_attempts:
-            st.uncleanable = True
-            st.retry_at_ms = None
-            self._clean_bad[tp] = None  # fingerprint taken from the next fresh survey
-        else:
-            wait = min(backoff_ms * 2 ** (st.failures - 1), backoff_max_ms)
-            st.retry_at_ms = self._clock() + max(wait, 0)
+            return {}
+        outcome = self.failures.clean_failed(st, error, self._clock())
+        st.uncleanable = self.failures.uncleanable(tp)
+        return outcome
 
     def aborted(self, tp: TopicPartition) -> None:
         """The worker stopped early (pause, abort, shutdown): no success, no failure."""
@@ -311,9 +319,9 @@ class CleanerManager:
         st.paused_count = max(st.paused_count - 1, 0)
         if st.state is PAUSED and st.paused_count == 0:
             st.state = IDLE
-        self._clean_bad.pop(tp, None)
+        self.failures.resume(tp)  # the next survey and grab try it again
         st.failures, st.retry_at_ms = 0, None
-        st.uncleanable = tp in self._scan_bad
+        st.uncleanable = False
 
     def request_clean(self, tp: TopicPartition) -> None:
         """Clean at the next grab whatever the ratio (not while paused or uncleanable)."""
@@ -335,6 +343,8 @@ class CleanerManager:
         for tp, st in sorted(self._statuses.items()):
             entry = self._surveyed.get(tp)
             if entry is None or entry.settings is None or entry.meta.log is None:
+                continue
+            if tp in self.failures.unreadable:
                 continue
             if st.compacted and st.state is IDLE and not st.uncleanable and tp not in self._stale:
                 found.append((st, entry.meta.log, entry.settings))

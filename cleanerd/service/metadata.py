@@ -21,6 +21,7 @@ from types import MappingProxyType
 
 from cleanerd.compaction.log_meta import SegmentWalk, settled, walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, segments_between
+from cleanerd.service.failures import locate
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -77,6 +78,8 @@ class PartitionMeta:
     transactional: bool = False
     error: str | None = None
     notes: tuple[str, ...] = ()
+    error_file: str | None = None  # where ``error`` happened, when it says
+    error_position: int | None = None  # byte position in ``error_file``
 
     def records_between(self, from_offset: int, to_offset: int) -> int:
         """Records in the segments Kafka's ``values(from, to)`` covers (sizing the offset map)."""
@@ -185,7 +188,16 @@ class MetadataCache:
             except FileNotFoundError:  # a file went away between listing and reading: once more
                 return self._read(directory, tp, checkpoints, walk)
         except Exception as e:  # one bad partition must not stop the scan
-            return PartitionMeta(tp, directory, 0, 0, error=f"{type(e).__name__}: {e}")
+            file, position = locate(e)
+            return PartitionMeta(
+                tp,
+                directory,
+                0,
+                0,
+                error=f"{type(e).__name__}: {e}",
+                error_file=file,
+                error_position=position,
+            )
 
     def _read(
         self, directory: Path, tp: TopicPartition, checkpoints: LogDirCheckpoints, walk: bool
@@ -204,7 +216,7 @@ class MetadataCache:
         # A corrupt segment is planned up to its bad batch, as ``cleanerd plan`` does, so the
         # partition's cleanable bytes still show (Kafka's uncleanable-bytes); ``error`` keeps
         # the manager from cleaning it.
-        error = next((str(w.error) for w in walks if w.error is not None), None)
+        bad = next((w.error for w in walks if w.error is not None), None)
         segments = [w.meta for w in walks]
         start = checkpoints.log_start.get(tp)
         if not segments:  # opening it would create an empty active segment at the log start
@@ -231,7 +243,17 @@ class MetadataCache:
         records = tuple(w.records for w in walks) or (0,)
         notes = tuple(str(w.torn_tail) for w in walks if w.torn_tail is not None)
         return PartitionMeta(
-            tp, directory, size, fingerprint, log, records, bool(txn), error, notes
+            tp,
+            directory,
+            size,
+            fingerprint,
+            log,
+            records,
+            bool(txn),
+            None if bad is None else str(bad),
+            notes,
+            None if bad is None else bad.path,
+            None if bad is None else bad.position,
         )
 
     def _segment(self, base: int, path: str, stamp: FileStamp, *, active: bool) -> SegmentWalk:

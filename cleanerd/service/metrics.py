@@ -152,7 +152,13 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc("cleanerd_cleanings_total", "counter", "Successful cleanings.", ""),
-    MetricDoc("cleanerd_failures_total", "counter", "Failed cleaning attempts.", ""),
+    MetricDoc(
+        "cleanerd_failures_total",
+        "counter",
+        "Failed attempts on a partition: cleanings, and surveys that could not read it (each "
+        "logged).",
+        "",
+    ),
     MetricDoc(
         "cleanerd_bytes_read_total",
         "counter",

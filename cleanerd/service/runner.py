@@ -5,10 +5,6 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from cleanerd.service.daemon import Daemon
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -42,8 +38,3 @@ def run_async(main: Callable[[], Awaitable[int]]) -> int:
 
 async def _call(main: Callable[[], Awaitable[int]]) -> int:
     return await main()
-
-
-def run_daemon(make: Callable[[], Daemon]) -> int:
-    """Build the daemon inside the loop and run it until it stops; returns the exit code."""
-    return run_async(lambda: make().run())

@@ -6,8 +6,9 @@ through ``abort_check``, which the cleaner asks before every chunk: the thread s
 batch boundary, leaves no ``.cleaned`` file, and the worker gives the lease back. A cancelled
 worker coroutine still waits for its thread before it lets go of the lease.
 
-A failure of one cleaning is the partition's (retried with backoff, then uncleanable); a crash of
-the worker coroutine itself is the worker's: it is counted, shown as dead, and restarted.
+A failure of one cleaning is the partition's (logged with the file and byte position it names,
+counted, retried with backoff, then uncleanable: ``service.failures``); a crash of the worker
+coroutine itself is the worker's: it is counted, shown as dead, and restarted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cleanerd.compaction.cleaner import CleaningAbortedError
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.service.budget import DedupeBudget
 from cleanerd.service.clean_job import CleanerSlot, JobResult, run_clean
+from cleanerd.service.failures import locate
 from cleanerd.service.logging import get_logger
 from cleanerd.service.manager import CleanerManager, CleanOutcome, Grab
 from cleanerd.service.state import WorkerStatus
@@ -40,9 +42,6 @@ class PoolSettings:
     threads: int
     load_factor: float
     backoff_s: float
-    retry_attempts: int
-    retry_backoff_ms: int
-    retry_backoff_max_ms: int
 
 
 class WorkerPool:
@@ -175,14 +174,16 @@ class WorkerPool:
             bound.info("cleaning aborted", reason="stopping" if self.stopping else "paused")
         except Exception as e:
             message = f"{type(e).__name__}: {e}"
-            self.manager.failed(
-                tp,
-                message,
-                retry_attempts=settings.retry_attempts,
-                backoff_ms=settings.retry_backoff_ms,
-                backoff_max_ms=settings.retry_backoff_max_ms,
+            outcome = self.manager.failed(tp, message)
+            file, position = locate(e)
+            bound.error(
+                "cleaning failed",
+                error=message,
+                directory=str(grab.directory),
+                file=file,
+                position=position,
+                **outcome,
             )
-            bound.error("cleaning failed", error=message, directory=str(grab.directory))
         else:
             self._done(wid, grab, result, bound)
         finally:
