@@ -206,6 +206,8 @@ class WorkerPool:
         if result.segments_deleted:
             fields["retention_segments_deleted"] = result.segments_deleted
         bound.info("log cleaned", **fields)
+        for problem in stats.txn_index_problems:
+            bound.warning("transaction index rebuilt from the ABORT markers", problem=problem)
         if stats.invalid_messages_read:
             bound.warning("unkeyed records removed", count=stats.invalid_messages_read)
         if stats.anomalous_version_headers:
