@@ -322,7 +322,7 @@ def plan_command(
         rows.append(row)
         if fmt == "json":
             click.echo(json.dumps(row))
-    if fmt == "text":
+    if fmt == "text" and (rows or not failed):  # no empty table above the errors
         _print_plans(rows, roll_active)
     if failed:
         raise SystemExit(1)
