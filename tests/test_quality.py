@@ -83,27 +83,20 @@ def _tool(name: str) -> str:
     return found
 
 
-def test_ruff_clean() -> None:
+def _assert_tool_passes(name: str, *args: str) -> None:
     result = subprocess.run(
-        [_tool("ruff"), "check", "cleanerd", "tests", "bench"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
+        [_tool(name), *args], cwd=REPO, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_clean() -> None:
+    _assert_tool_passes("ruff", "check", "cleanerd", "tests", "bench")
 
 
 def test_ruff_format_clean() -> None:
     """The formatter's output is the only layout: a diff here means run ``ruff format .``."""
-    result = subprocess.run(
-        [_tool("ruff"), "format", "--check", "--diff", "."],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_tool_passes("ruff", "format", "--check", "--diff", ".")
 
 
 def test_no_test_sets_a_hypothesis_deadline() -> None:
@@ -119,11 +112,4 @@ def test_no_test_sets_a_hypothesis_deadline() -> None:
 
 
 def test_mypy_strict_clean() -> None:
-    result = subprocess.run(
-        [_tool("mypy")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_tool_passes("mypy")
