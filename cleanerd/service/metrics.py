@@ -13,7 +13,9 @@ read 0 when there are no workers.
 
 from __future__ import annotations
 
+import os
 import platform
+import resource
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
@@ -29,6 +31,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 import cleanerd
 from cleanerd.service.state import CleaningState, DaemonSnapshot
+from cleanerd.storage.map_cache import MAPS
 
 
 class MetricDoc(NamedTuple):
@@ -201,6 +204,15 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc("cleanerd_worker_restarts_total", "counter", "Crashed workers restarted.", ""),
+    MetricDoc("cleanerd_open_fds", "gauge", "File descriptors the process holds open.", ""),
+    MetricDoc("cleanerd_max_fds", "gauge", "The process's soft RLIMIT_NOFILE.", ""),
+    MetricDoc(
+        "cleanerd_segment_maps_open",
+        "gauge",
+        "Segment maps kept open (each holds a descriptor); bounded by the next one.",
+        "",
+    ),
+    MetricDoc("cleanerd_segment_maps_limit", "gauge", "Most segment maps kept open at once.", ""),
     MetricDoc(
         "cleanerd_throttle_sleep_seconds_total",
         "counter",
@@ -367,7 +379,22 @@ class SnapshotCollector:
         self._snapshot = snapshot
 
     def collect(self) -> Iterable[Metric]:
-        return snapshot_metrics(self._snapshot())
+        return snapshot_metrics(self._snapshot()) + descriptor_metrics()
+
+
+def descriptor_metrics() -> list[Metric]:
+    """Descriptors in use against the limit, and the kept segment maps that hold most of them."""
+    try:
+        fds = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no procfs: the count is unknown
+        fds = -1
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return [
+        _gauge("cleanerd_open_fds", fds),
+        _gauge("cleanerd_max_fds", soft),
+        _gauge("cleanerd_segment_maps_open", len(MAPS)),
+        _gauge("cleanerd_segment_maps_limit", MAPS.limit),
+    ]
 
 
 class DaemonMetrics:

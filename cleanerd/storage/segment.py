@@ -27,6 +27,7 @@ from cleanerd.storage.files import (
 )
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.map_cache import MAPS
 from cleanerd.storage.txnindex import TransactionIndex
 
 INT32_MAX = 2**31 - 1
@@ -130,6 +131,7 @@ class LogSegment:
             return _EMPTY
         cached = self._map
         if keep and cached is not None and cached[0] == (ino, size):
+            MAPS.touch(self)
             return cached[1]
         fd = os.open(self.log_path, os.O_RDONLY)
         try:
@@ -143,6 +145,7 @@ class LogSegment:
         arr = np.frombuffer(mm, dtype=np.uint8)
         if keep:
             self._map = ((st.st_ino, st.st_size), arr)
+            MAPS.touch(self)  # may evict the least recently used segment's map
         return arr
 
     def scan(
@@ -286,8 +289,14 @@ class LogSegment:
         if self.txn_index.exists:
             self.txn_index.flush()
 
+    def drop_map(self) -> None:
+        """Let go of the kept map (unmapped, its descriptor closed, once no caller holds a
+        view); the next ``view`` maps the file again."""
+        self._map = None
+        MAPS.forget(self)
+
     def close(self) -> None:
-        self._map = None  # unmapped once no caller holds a view
+        self.drop_map()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
