@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
-from cleanerd.cli.compact import _fingerprint, _what_changed
+from cleanerd.cli.repairs import Repairs
 from cleanerd.format import kernels as k
 from cleanerd.format.header import ATTR_TRANSACTIONAL
 from cleanerd.format.reader import scan_batches
@@ -151,10 +151,23 @@ def test_failure_message_says_left_as_it_was_only_when_true(tmp_path: Path) -> N
     part = tmp_path / "t-0"
     part.mkdir()
     (part / "00000000000000000000.log").write_bytes(b"x")
-    before = _fingerprint(part)
-    assert _what_changed(part, before) == "partition left as it was"
+    assert Repairs(part).undo() == "partition left as it was"
+    repairs = Repairs(part)
     (part / "00000000000000000000.log").rename(part / "00000000000000000000.log.deleted")
-    said = _what_changed(part, before)
+    said = repairs.undo()
     assert said.startswith("partition changed before the failure: ")
     assert "00000000000000000000.log," in said
     assert "00000000000000000000.log.deleted" in said
+
+
+def test_repairs_made_on_open_are_undone_when_the_cleaning_fails(tmp_path: Path) -> None:
+    """Item 6: one segment lost its indexes (opening rebuilds them), a later one is truncated
+    (the cleaning fails): the rebuilt indexes must not stay, every file is as it was."""
+    logdir = make(tmp_path, topic="undo", transactional_producers=2, abort_ratio=0.5, seed=4)
+    part = logdir / "undo-0"
+    logs = segments(part)
+    for suffix in (".index", ".timeindex", ".txnindex"):
+        logs[0].with_suffix(suffix).unlink(missing_ok=True)
+    logs[3].write_bytes(logs[3].read_bytes()[:-7])
+    result = assert_refused(logdir, part, logs[3], "partition left as it was")
+    assert "changed before the failure" not in result.output

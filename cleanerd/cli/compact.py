@@ -42,6 +42,7 @@ from rich.table import Table
 
 from cleanerd.cli.options import format_option
 from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
+from cleanerd.cli.repairs import Repairs
 from cleanerd.cli.tables import table_console
 from cleanerd.compaction.bounds import Bound
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
@@ -185,30 +186,6 @@ def compact(
         raise SystemExit(1)
 
 
-Fingerprint = dict[str, tuple[int, int, int]]
-
-
-def _fingerprint(directory: Path) -> Fingerprint:
-    """Each file's (inode, size, mtime): a rename, write or deletion changes it."""
-    out: Fingerprint = {}
-    with contextlib.suppress(OSError):
-        for p in directory.iterdir():
-            st = p.stat()
-            out[p.name] = (st.st_ino, st.st_size, st.st_mtime_ns)
-    return out
-
-
-def _what_changed(directory: Path, before: Fingerprint) -> str:
-    """Said after a failure, and only when true: the partition left as it was, or what changed
-    (groups swapped before the failure stay swapped, as in Kafka)."""
-    after = _fingerprint(directory)
-    changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
-    if not changed:
-        return "partition left as it was"
-    shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-    return f"partition changed before the failure: {shown}"
-
-
 def _warn_unused_checkpoints(jobs: list[Job]) -> None:
     """Checkpoints compaction does not depend on (Kafka's recovery point, the leader epochs) are
     checked as ``verify`` checks them: a bad one is a warning naming the file and line. Those it
@@ -231,7 +208,7 @@ def _run(
     with _progress(len(jobs)) as report:
         for target, settings in jobs:
             name = target.directory.name
-            before = _fingerprint(target.directory)
+            before = Repairs(target.directory) if not dry_run else None
             try:
                 summary = compact_directory(
                     target.directory,
@@ -246,7 +223,8 @@ def _run(
                 )
             except (CorruptRecordError, StorageError, CompactionError, OSError) as e:
                 click.echo(
-                    f"Error: {name}: {e} ({_what_changed(target.directory, before)})", err=True
+                    f"Error: {name}: {e} ({before.undo() if before else 'nothing written'})",
+                    err=True,
                 )
                 failures.append(name)
                 if fmt == "json":
