@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import javaproperties
 from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -164,45 +165,26 @@ def parse_listen(text: str) -> tuple[str | None, int]:
 
 
 def parse_properties(text: str) -> list[tuple[str, str, int]]:
-    """``java.util.Properties`` basics: (key, value, line number) in file order.
+    """``java.util.Properties.load`` rules: (key, value, first line number) in file order.
 
-    ``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comment lines; a line ending in
-    an odd number of backslashes continues on the next (its leading blanks dropped); blanks
-    around key and value trimmed; ``\\=``, ``\\:`` and ``\\\\`` escapes in keys and values.
+    ``javaproperties`` does the escapes (``\\uXXXX``, ``\\t``, escaped separators), the
+    continuations and the comments, so a broker's file reads here as the broker reads it. Values
+    lose trailing blanks as Kafka's ``ConfigDef`` trims them. A bad ``\\u`` escape raises
+    ``ValueError`` naming its line.
     """
     out: list[tuple[str, str, int]] = []
-    logical, start = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.lstrip() if logical else raw.strip()
-        if not logical:
-            start = number
-            if not line or line[0] in "#!":
-                continue
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2:
-            logical += line[:-1]
-            continue
-        logical += line
-        out.append((*_split_property(logical), start))
-        logical = ""
-    if logical:
-        out.append((*_split_property(logical), start))
+    line = 1
+    try:
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue):
+                out.append((element.key, element.value.rstrip(), line))
+            line += len(_LINE_END.findall(element.source))
+    except javaproperties.InvalidUEscapeError as e:
+        raise ValueError(f"line {line}: {e}") from None
     return out
 
 
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def _split_property(line: str) -> tuple[str, str]:
-    """Key and value of one logical line: the key ends at an unescaped ``=``, ``:`` or blank."""
-    match = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:]?\s*(.*)", line, re.DOTALL)
-    assert match is not None  # the pattern matches any string
-    key, value = match.groups()
-    return _unescape(key), _unescape(value.strip())
-
-
-def _unescape(text: str) -> str:
-    return re.sub(r"\\(.)", lambda m: _ESCAPES.get(m.group(1), m.group(1)), text)
+_LINE_END = re.compile(r"\r\n|\r|\n")  # Java's line terminators, not str.splitlines' many
 
 
 class FlatSource(PydanticBaseSettingsSource):
@@ -286,7 +268,12 @@ class PropertiesSource(FlatSource):
         except (OSError, UnicodeDecodeError) as e:
             self.findings.problems.append(("(file)", str(self.path), self.label, str(e)))
             return
-        for key, value, _line in parse_properties(text):
+        try:
+            pairs = parse_properties(text)
+        except ValueError as e:
+            self.findings.problems.append(("(file)", str(self.path), self.label, str(e)))
+            return
+        for key, value, _line in pairs:
             self.put(key, value, self.label, strict=False)
 
 
