@@ -1,8 +1,8 @@
 """One partition directory (``<topic>-<partition>``): its segments, appends, rolls and swaps.
 
-The writer contract (DESIGN.md): writers only append to the active segment (highest base offset)
-and roll by starting a new one, under ``writer_lock``; the cleaner never touches the active
-segment and replaces older ones only by the atomic renames of ``swap.replace_segments``.
+The writer contract (docs/architecture.md): writers only append to the active segment (highest
+base offset) and roll by starting a new one, under ``writer_lock``; the cleaner never touches the
+active segment and replaces older ones only by the atomic renames of ``swap.replace_segments``.
 ``writer_lock`` also excludes other processes: taking it brings the segment list up to date
 with what they did (``segment_list``); letting go writes our buffered index entries out.
 """
