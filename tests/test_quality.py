@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +89,13 @@ def test_architecture_names_only_real_modules() -> None:
     assert len(named) > 20  # the document names modules module by module
     missing = sorted(p for p in named if not (REPO / p).is_file())
     assert missing == []
+
+
+def test_package_ships_its_type_hints() -> None:
+    """PEP 561: without py.typed in the wheel, mypy treats an installed cleanerd as untyped."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["cleanerd"]
+    assert (PACKAGE / "py.typed").is_file()
 
 
 def _tool(name: str) -> str:
