@@ -55,7 +55,7 @@ def work() -> Iterator[Path]:
 
 @pytest.fixture(scope="module")
 def plain_none(work: Path) -> BaseLog:
-    return BaseLog.build(work / "bases", "none", "plain", SEED)
+    return BaseLog.build(work / "harness", "none", "plain", SEED)  # not the fuzz run's bases
 
 
 @pytest.mark.parametrize("codec", CODECS)

@@ -62,8 +62,15 @@ class Repairs:
         if changed and not any(n.endswith(LOG_SUFFIX) or ".log." in n for n in changed):
             for name in changed:
                 self._restore(name)
-            changed = changed_files(self.directory, self.before)
+            changed = [n for n in changed_files(self.directory, self.before) if not self._same(n)]
         return describe(changed)
+
+    def _same(self, name: str) -> bool:
+        """A restored index holds its old bytes (under a new inode)."""
+        try:
+            return (self.directory / name).read_bytes() == self.indexes[name]
+        except (KeyError, OSError):
+            return False
 
     def _restore(self, name: str) -> None:
         path = self.directory / name

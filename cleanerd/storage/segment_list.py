@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cleanerd.format import kernels as k
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.errors import CorruptIndexError
 from cleanerd.storage.files import LOG_SUFFIX
@@ -42,26 +43,22 @@ def list_logs(directory: Path) -> dict[int, int]:
 
 
 def check_offsets_across(segments: Sequence[LogSegment]) -> None:
-    """Offsets rise across segments: each segment's last offset lies below the next segment's
-    base offset, and every segment but the last ends with a complete batch. A base offset is
-    not covered by the CRC, so a damaged one passes every batch check; cleaning across it would
-    rewrite offsets out of order (or hide the damage)."""
+    """Every segment but the last (the active one) is whole and its offsets lie below the next
+    segment's base offset. A base offset is not covered by the CRC, so a damaged one passes
+    every batch check; cleaning across it would rewrite offsets out of order (or hide the
+    damage). The walk is over the batch headers from the start of each file (an index entry
+    may point anywhere), through pages the cleaning's checked walks have just read."""
     for seg, following in itertools.pairwise(segments):
-        next_offset, end = seg.last_batch_end()
-        if end < seg.refresh_size():
+        scan = seg.scan(check_crc=False)
+        if scan.error is not None:  # nothing is cut short at the end of an inactive segment
+            raise scan.error
+        if len(scan) and int(scan.batches[-1, k.B_LAST_OFFSET]) >= following.base_offset:
             raise CorruptRecordError(
-                f"{seg.size - end} bytes after the last complete batch of an inactive segment "
-                "(truncated or damaged)",
+                f"the segment's last batch ends at offset {int(scan.batches[-1, k.B_LAST_OFFSET])}"
+                f", not below the base offset {following.base_offset} of the next segment "
+                f"{following.log_path.name}",
                 path=str(seg.log_path),
-                position=end,
-                last_good_offset=next_offset - 1,
-            )
-        if next_offset > following.base_offset:
-            raise CorruptRecordError(
-                f"the segment's last batch ends at offset {next_offset - 1}, not below the base "
-                f"offset {following.base_offset} of the next segment {following.log_path.name}",
-                path=str(seg.log_path),
-                position=end,
+                position=int(scan.batches[-1, k.B_POS]),
             )
 
 
