@@ -21,9 +21,9 @@ import pytest
 
 from cleanerd.config import load_config
 from cleanerd.format.records import Record
+from cleanerd.scheduling.survey import Survey
 from cleanerd.service import daemon as daemon_module
 from cleanerd.service.daemon import Daemon
-from cleanerd.service.survey import Survey
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import PartitionLog

@@ -12,6 +12,7 @@ import pytest_asyncio
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from cleanerd.scheduling.state import CleaningState, PartitionStatus
 from cleanerd.service.http import (
     MAX_BODY_BYTES,
     Access,
@@ -22,7 +23,7 @@ from cleanerd.service.http import (
     start_http,
 )
 from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.state import CleaningState, DaemonSnapshot, PartitionStatus
+from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.storage.topic_partition import TopicPartition
 
 TOKEN = "s3cret-token"

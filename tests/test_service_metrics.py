@@ -13,14 +13,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cleanerd.scheduling.state import CleaningState, CleaningTotals, PartitionStatus
 from cleanerd.service.metrics import METRICS_DOC, DaemonMetrics
-from cleanerd.service.state import (
-    CleaningState,
-    CleaningTotals,
-    DaemonSnapshot,
-    PartitionStatus,
-    WorkerStatus,
-)
+from cleanerd.service.snapshot import DaemonSnapshot, WorkerStatus
 from cleanerd.storage.topic_partition import TopicPartition
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -4,17 +4,21 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import structlog
 
 from cleanerd.compaction.throttle import Throttler
+from cleanerd.scheduling.manager import CleanerManager
+from cleanerd.service import workers
 from cleanerd.service.budget import DedupeBudget
-from cleanerd.service.manager import CleanerManager
 from cleanerd.service.workers import PoolSettings, WorkerPool
 from cleanerd.storage.topic_partition import TopicPartition
-from tests.test_service_manager import BUDGET, NOW, OLD, RECENT, Clock, _log, _settings
+from tests.test_scheduling_manager import BUDGET, NOW, OLD, RECENT, Clock, _log, _settings
 
 
 class CountingEvent(asyncio.Event):
@@ -104,3 +108,55 @@ async def test_no_rescan_request_when_nothing_was_cleaned(tmp_path: Path) -> Non
         assert pool.cleanings_ended == 0
     finally:
         assert await pool.stop(10.0)
+
+
+@pytest.mark.asyncio
+async def test_a_job_failing_while_shutdown_aborts_it_is_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _log(tmp_path, "a", [OLD, OLD, RECENT])
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    pool, _ = _pool(manager, [])
+    started = threading.Event()
+
+    def failing_clean(
+        directory: Path, *_: object, abort_check: Callable[[], bool], **__: object
+    ) -> None:
+        started.set()
+        while not abort_check():
+            time.sleep(0.01)
+        raise OSError(5, "disk gone", str(directory / "00000000000000000000.log"))
+
+    monkeypatch.setattr(workers, "run_clean", failing_clean)
+    manager.apply(manager.scan())
+    with structlog.testing.capture_logs() as logs:
+        pool.resize(1)
+        await _until(started.is_set)
+        assert await pool.stop(30.0)
+    failed = [e for e in logs if e["event"] == "cleaning failed while aborted"]
+    assert len(failed) == 1
+    assert "disk gone" in failed[0]["error"]
+    assert failed[0]["file"].endswith("00000000000000000000.log")
+    assert not [e for e in logs if e["event"] == "cleaning aborted"]
+    status = manager.status(TopicPartition("a", 0))
+    assert status is not None
+    assert status.state.value == "idle"
+
+
+@pytest.mark.asyncio
+async def test_a_worker_task_ending_with_an_error_is_logged(tmp_path: Path) -> None:
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    pool, _ = _pool(manager, [])
+
+    async def broken(_wid: int) -> None:
+        raise RuntimeError("supervisor bug")
+
+    pool._supervise = broken  # type: ignore[method-assign]
+    with structlog.testing.capture_logs() as logs:
+        pool.resize(1)
+        await _until(lambda: all(t.done() for t in pool._tasks.values()))
+        await asyncio.sleep(0)  # done callbacks run on the next loop iteration
+    stopped = [e for e in logs if e["event"] == "worker stopped by an error"]
+    assert [(e["task"], e["error"]) for e in stopped] == [
+        ("worker-0", "RuntimeError: supervisor bug")
+    ]

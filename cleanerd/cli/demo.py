@@ -31,7 +31,7 @@ from cleanerd.config_sources import join_listen
 from cleanerd.service.daemon import Daemon, StartupError
 from cleanerd.service.logging import configure_logging
 from cleanerd.service.runner import run_async
-from cleanerd.service.state import DaemonSnapshot
+from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LOCK_FILE, LogDir
 from cleanerd.workload.check import check_survivors

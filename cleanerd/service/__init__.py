@@ -1,1 +1,4 @@
-"""The daemon: the only asyncio code. Manager, workers, budget, HTTP, metrics, systemd, logs."""
+"""The daemon, the only asyncio code: workers, budget, maintenance, HTTP, metrics, systemd, logs.
+
+What to clean next and each partition's state live in the synchronous ``scheduling`` package.
+"""

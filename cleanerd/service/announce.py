@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from cleanerd.config import CleanerdConfig
 from cleanerd.config_sources import join_listen
 from cleanerd.config_warnings import exposure_warning
+from cleanerd.scheduling.state import CleaningState, PartitionStatus
 from cleanerd.service.logging import get_logger
-from cleanerd.service.state import CleaningState, PartitionStatus
 
 log = get_logger("cleanerd.daemon")
 

@@ -30,20 +30,17 @@ from typing import Any, NoReturn
 
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.config import RESTART_SETTINGS, ConfigError, LoadedConfig, changed_settings
+from cleanerd.scheduling.manager import CleanerManager, RetryPolicy
+from cleanerd.scheduling.state import CleaningTotals, PartitionStatus
+from cleanerd.scheduling.survey import Survey
 from cleanerd.service.announce import log_listening, log_ready, status_line
 from cleanerd.service.budget import DedupeBudget
 from cleanerd.service.clean_job import JobResult
 from cleanerd.service.http import Access, HttpServer, start_http
 from cleanerd.service.logging import get_logger
 from cleanerd.service.maintenance import Maintenance
-from cleanerd.service.manager import CleanerManager, RetryPolicy
 from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.state import (
-    CleaningTotals,
-    DaemonSnapshot,
-    PartitionStatus,
-)
-from cleanerd.service.survey import Survey
+from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.service.systemd import SystemdNotifier
 from cleanerd.service.workers import PoolSettings, WorkerPool
 from cleanerd.storage.logdir import LogDir
@@ -63,15 +60,6 @@ SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers |
 
 class StartupError(Exception):
     """The daemon cannot start (a log dir is missing or locked, the port is taken)."""
-
-
-def _pool_settings(loaded: LoadedConfig) -> PoolSettings:
-    c = loaded.config
-    return PoolSettings(
-        threads=c.threads if c.cleaner_enable else 0,
-        load_factor=c.load_factor,
-        backoff_s=c.backoff_ms / 1000,
-    )
 
 
 def _retry(loaded: LoadedConfig) -> RetryPolicy:
@@ -142,7 +130,7 @@ class Daemon:
                 self.manager,
                 self.budget,
                 self.throttler,
-                _pool_settings(self.loaded),
+                PoolSettings.of(self.loaded.config),
                 clock_ms=self.clock_ms,
                 on_cleaned=self._cleaned,
             )
@@ -329,7 +317,7 @@ class Daemon:
         )
         self.loaded = new
         if self.pool is not None:
-            threads = _pool_settings(new)
+            threads = PoolSettings.of(new.config)
             self.pool.settings = dataclasses.replace(threads, threads=self.pool.settings.threads)
             self.pool.resize(threads.threads)
         log.info(

@@ -22,8 +22,9 @@ import orjson
 from aiohttp import web
 
 from cleanerd.config_warnings import is_loopback_host
+from cleanerd.scheduling.state import PartitionStatus
 from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.state import DaemonSnapshot, PartitionStatus
+from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.storage.topic_partition import TopicPartition
 
 ACTIONS = ("pause", "resume", "clean")

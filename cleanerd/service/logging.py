@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
 import orjson
 import structlog
 from structlog.tracebacks import ExceptionDictTransformer
-from structlog.typing import FilteringBoundLogger, Processor
+from structlog.typing import Processor
+
+from cleanerd.logger import LOGGER_NAME_KEY, get_logger
+
+__all__ = ["FORMATS", "LEVELS", "configure_logging", "get_logger"]
 
 LEVELS = {
     "debug": logging.DEBUG,
@@ -113,17 +117,7 @@ def _configure_stdlib(
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
 
 
-def get_logger(name: str | None = None, **initial: Any) -> FilteringBoundLogger:
-    """A structlog logger, optionally tagged with ``logger=name`` and initial values."""
-    # Stay a lazy proxy (no bind here): module-level loggers are made at import, before
-    # configure_logging runs, and must pick up its configuration. "logger" is a keyword of
-    # structlog.get_logger, so the name travels as logger_name and _logger_field renames it.
-    if name is not None:
-        initial["logger_name"] = name
-    return cast(FilteringBoundLogger, structlog.get_logger(**initial))
-
-
 def _logger_field(_logger: Any, _name: str, event_dict: Any) -> Any:
-    if "logger_name" in event_dict:
-        event_dict["logger"] = event_dict.pop("logger_name")
+    if LOGGER_NAME_KEY in event_dict:
+        event_dict["logger"] = event_dict.pop(LOGGER_NAME_KEY)
     return event_dict

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cleanerd.compaction.topic_settings import TopicSettings
+from cleanerd.scheduling.manager import CleanerManager
 from cleanerd.service.clean_job import roll_if_idle
 from cleanerd.service.logging import get_logger
-from cleanerd.service.manager import CleanerManager
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.retention import delete_old_segments
 

@@ -30,7 +30,8 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 import cleanerd
-from cleanerd.service.state import CleaningState, DaemonSnapshot
+from cleanerd.scheduling.state import CleaningState
+from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.storage.map_cache import MAPS
 
 

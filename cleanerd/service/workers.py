@@ -7,8 +7,10 @@ batch boundary, leaves no ``.cleaned`` file, and the worker gives the lease back
 worker coroutine still waits for its thread before it lets go of the lease.
 
 A failure of one cleaning is the partition's (logged with the file and byte position it names,
-counted, retried with backoff, then uncleanable: ``service.failures``); a crash of the worker
-coroutine itself is the worker's: it is counted, shown as dead, and restarted.
+counted, retried with backoff, then uncleanable: ``scheduling.failures``); a crash of the worker
+coroutine itself is the worker's: it is counted, shown as dead, and restarted. A cleaning that
+fails while shutdown aborts it is logged as a failure, and a worker task that ends with an error
+anyway is logged when it ends, so no error is lost with its task.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from typing import Any
 
 from cleanerd.compaction.cleaner import CleaningAbortedError
 from cleanerd.compaction.throttle import Throttler
+from cleanerd.config import CleanerdConfig
+from cleanerd.scheduling.failures import locate
+from cleanerd.scheduling.manager import CleanerManager, CleanOutcome, Grab
 from cleanerd.service.budget import DedupeBudget
 from cleanerd.service.clean_job import CleanerSlot, JobResult, run_clean
-from cleanerd.service.failures import locate
 from cleanerd.service.logging import get_logger
-from cleanerd.service.manager import CleanerManager, CleanOutcome, Grab
-from cleanerd.service.state import WorkerStatus
+from cleanerd.service.snapshot import WorkerStatus
 
 log = get_logger("cleanerd.worker")
 
@@ -42,6 +45,15 @@ class PoolSettings:
     threads: int
     load_factor: float
     backoff_s: float
+
+    @classmethod
+    def of(cls, config: CleanerdConfig) -> PoolSettings:
+        """``log.cleaner.threads`` (none when the cleaner is disabled), load factor, backoff."""
+        return cls(
+            threads=config.threads if config.cleaner_enable else 0,
+            load_factor=config.load_factor,
+            backoff_s=config.backoff_ms / 1000,
+        )
 
 
 class WorkerPool:
@@ -80,7 +92,9 @@ class WorkerPool:
             task = self._tasks.get(wid)
             if task is None or task.done():
                 self.status[wid] = WorkerStatus(wid)
-                self._tasks[wid] = asyncio.create_task(self._supervise(wid), name=f"worker-{wid}")
+                task = asyncio.create_task(self._supervise(wid), name=f"worker-{wid}")
+                task.add_done_callback(_log_task_error)
+                self._tasks[wid] = task
         self.wake()
 
     def survey_started(self) -> None:
@@ -164,26 +178,19 @@ class WorkerPool:
                     result = await asyncio.shield(job)
                 except asyncio.CancelledError:
                     # shutdown: the abort check stops the thread at its next batch boundary
-                    with contextlib.suppress(BaseException):
-                        await job
+                    error = await _job_error(job)
                     self.manager.aborted(tp)
-                    bound.info("cleaning aborted", reason="shutdown")
+                    if error is None:
+                        bound.info("cleaning aborted", reason="shutdown")
+                    else:
+                        _log_failure(bound, "cleaning failed while aborted", error, grab)
                     raise
         except CleaningAbortedError:
             self.manager.aborted(tp)
             bound.info("cleaning aborted", reason="stopping" if self.stopping else "paused")
         except Exception as e:
-            message = f"{type(e).__name__}: {e}"
-            outcome = self.manager.failed(tp, message)
-            file, position = locate(e)
-            bound.error(
-                "cleaning failed",
-                error=message,
-                directory=str(grab.directory),
-                file=file,
-                position=position,
-                **outcome,
-            )
+            outcome = self.manager.failed(tp, _message(e))
+            _log_failure(bound, "cleaning failed", e, grab, **outcome)
         else:
             self._done(wid, grab, result, bound)
         finally:
@@ -220,3 +227,42 @@ class WorkerPool:
     def _set(self, wid: int, **changes: Any) -> None:
         current = self.status.get(wid, WorkerStatus(wid))
         self.status[wid] = dataclasses.replace(current, **changes)
+
+
+def _message(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _log_failure(bound: Any, event: str, error: BaseException, grab: Grab, **fields: Any) -> None:
+    """One error line naming the partition's directory and the file and position at fault."""
+    file, position = locate(error)
+    bound.error(
+        event,
+        error=_message(error),
+        directory=str(grab.directory),
+        file=file,
+        position=position,
+        **fields,
+    )
+
+
+async def _job_error(job: asyncio.Future[JobResult]) -> Exception | None:
+    """Wait for an aborted job's thread; its error, unless it only stopped as asked."""
+    try:
+        await job
+    except (CleaningAbortedError, asyncio.CancelledError):
+        return None
+    except Exception as e:
+        return e
+    return None
+
+
+def _log_task_error(task: asyncio.Task[None]) -> None:
+    """Done callback: a worker task that ended with an error says so (it is not awaited)."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error(
+            "worker stopped by an error",
+            task=task.get_name(),
+            error=_message(error),
+            exc_info=error,
+        )

@@ -18,10 +18,10 @@ from structlog.testing import capture_logs
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.format.records import Record
-from cleanerd.service import metadata
-from cleanerd.service.manager import CleanerManager, CleanOutcome, Grab, RetryPolicy
-from cleanerd.service.sizing import map_bytes_for
-from cleanerd.service.state import CleaningState
+from cleanerd.scheduling import metadata
+from cleanerd.scheduling.manager import CleanerManager, CleanOutcome, Grab, RetryPolicy
+from cleanerd.scheduling.sizing import map_bytes_for
+from cleanerd.scheduling.state import CleaningState
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, write_offset_checkpoint
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog

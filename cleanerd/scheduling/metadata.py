@@ -21,7 +21,7 @@ from types import MappingProxyType
 
 from cleanerd.compaction.log_meta import SegmentWalk, settled, walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, segments_between
-from cleanerd.service.failures import locate
+from cleanerd.scheduling.failures import locate
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,

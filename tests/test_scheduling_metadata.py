@@ -10,8 +10,8 @@ import pytest
 from cleanerd.compaction import log_meta
 from cleanerd.compaction.plan import LogMeta
 from cleanerd.format.records import Record
-from cleanerd.service import metadata
-from cleanerd.service.metadata import LogDirCheckpoints, MetadataCache, PartitionMeta
+from cleanerd.scheduling import metadata
+from cleanerd.scheduling.metadata import LogDirCheckpoints, MetadataCache, PartitionMeta
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,

@@ -22,8 +22,9 @@ from typing import Any
 
 from cleanerd.compaction.plan import CleaningPlan, LogMeta
 from cleanerd.compaction.topic_settings import TopicSettings
-from cleanerd.service.failures import FailureBook, RetryPolicy
-from cleanerd.service.grab import (
+from cleanerd.logger import get_logger
+from cleanerd.scheduling.failures import FailureBook, RetryPolicy
+from cleanerd.scheduling.grab import (
     CleanOutcome,
     Grab,
     GrabFigures,
@@ -32,15 +33,14 @@ from cleanerd.service.grab import (
     idle_roll_due,
     retention_due,
 )
-from cleanerd.service.logging import get_logger
-from cleanerd.service.metadata import MetadataCache
-from cleanerd.service.sizing import map_bytes_for
-from cleanerd.service.state import (
+from cleanerd.scheduling.metadata import MetadataCache
+from cleanerd.scheduling.sizing import map_bytes_for
+from cleanerd.scheduling.state import (
     CleaningState,
     CleaningTotals,
     PartitionStatus,
 )
-from cleanerd.service.survey import PartitionSurvey, Resolve, Survey, take_survey
+from cleanerd.scheduling.survey import PartitionSurvey, Resolve, Survey, take_survey
 from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.topic_partition import TopicPartition
 

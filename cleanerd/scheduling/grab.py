@@ -16,7 +16,7 @@ from typing import Protocol
 from cleanerd.compaction.plan import CleaningPlan, LogMeta, rank
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.topic_settings import TopicSettings
-from cleanerd.service.state import CleaningTotals
+from cleanerd.scheduling.state import CleaningTotals
 from cleanerd.storage.topic_partition import TopicPartition
 
 

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from cleanerd.service.logging import get_logger
-from cleanerd.service.state import PartitionStatus
+from cleanerd.logger import get_logger
+from cleanerd.scheduling.state import PartitionStatus
 from cleanerd.storage.topic_partition import TopicPartition
 
 log = get_logger("cleanerd.manager")

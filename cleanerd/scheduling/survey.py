@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cleanerd.compaction.plan import CleaningPlan, plan
 from cleanerd.compaction.topic_settings import TopicSettings
-from cleanerd.service.metadata import MetadataCache, PartitionMeta
+from cleanerd.scheduling.metadata import MetadataCache, PartitionMeta
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.topic_partition import TopicPartition
 
