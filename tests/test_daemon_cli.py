@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
 
-from cleanerd.service.metrics import METRICS_DOC
+from cleanerd.service.metrics_doc import METRICS_DOC
 from cleanerd.storage.logdir import LogDir
 
 

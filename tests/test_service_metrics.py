@@ -14,7 +14,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cleanerd.scheduling.state import CleaningState, CleaningTotals, PartitionStatus
-from cleanerd.service.metrics import METRICS_DOC, DaemonMetrics
+from cleanerd.service.metrics import DaemonMetrics
+from cleanerd.service.metrics_doc import METRICS_DOC
 from cleanerd.service.snapshot import DaemonSnapshot, WorkerStatus
 from cleanerd.storage.topic_partition import TopicPartition
 

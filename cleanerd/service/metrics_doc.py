@@ -1,0 +1,201 @@
+"""Every metric the daemon exposes, once: its name, type, help text and Kafka counterpart.
+
+The HELP lines (``metrics.py``) and the README's metrics table are both generated from
+``METRICS_DOC``, so the documentation cannot drift from what a scrape shows.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class MetricDoc(NamedTuple):
+    """One exposed metric: the README table and the HELP text both come from here."""
+
+    name: str  # as exposed (counters with ``_total``)
+    type: str  # gauge / counter / histogram / info
+    help: str
+    kafka: str  # the Kafka JMX name it corresponds to, or ""
+
+
+_LC = "kafka.log:type=LogCleaner,name="
+_LCM = "kafka.log:type=LogCleanerManager,name="
+
+METRICS_DOC: tuple[MetricDoc, ...] = (
+    MetricDoc(
+        "cleanerd_max_compaction_delay_seconds",
+        "gauge",
+        "Max over workers of the largest compaction delay past max.compaction.lag.ms seen"
+        " by their last grab (KIP-354).",
+        _LC + "max-compaction-delay-secs",
+    ),
+    MetricDoc(
+        "cleanerd_num_logs_compacted_by_max_compaction_lag",
+        "gauge",
+        "Logs that needed compaction now because of max.compaction.lag.ms at the last grab"
+        " (KIP-354; Kafka only logs this count).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_max_buffer_utilization_ratio",
+        "gauge",
+        "Max over workers of the last pass's offset map fill (entries / slots).",
+        _LC + "max-buffer-utilization-percent",
+    ),
+    MetricDoc(
+        "cleanerd_cleaner_recopy_ratio",
+        "gauge",
+        "Bytes written / bytes read, summed over the workers' last passes.",
+        _LC + "cleaner-recopy-percent",
+    ),
+    MetricDoc(
+        "cleanerd_max_clean_time_seconds",
+        "gauge",
+        "Max over workers of the last pass's duration.",
+        _LC + "max-clean-time-secs",
+    ),
+    MetricDoc(
+        "cleanerd_max_dirty_ratio",
+        "gauge",
+        "Highest dirty ratio among the candidates of the last grab.",
+        _LCM + "max-dirty-percent",
+    ),
+    MetricDoc(
+        "cleanerd_time_since_last_run_seconds",
+        "gauge",
+        "Time since the manager last looked for a log to clean.",
+        _LCM + "time-since-last-run-ms",
+    ),
+    MetricDoc("cleanerd_workers", "gauge", "Worker coroutines (alive or dead).", ""),
+    MetricDoc(
+        "cleanerd_dead_workers",
+        "gauge",
+        "Workers that stopped without a shutdown request.",
+        _LC + "DeadThreadCount",
+    ),
+    MetricDoc(
+        "cleanerd_uncleanable_partitions",
+        "gauge",
+        "Partitions marked uncleanable after repeated failures, by log_dir.",
+        _LCM + "uncleanable-partitions-count,logDirectory=<dir>",
+    ),
+    MetricDoc(
+        "cleanerd_uncleanable_bytes",
+        "gauge",
+        "Cleanable bytes of the uncleanable partitions, by log_dir.",
+        _LCM + "uncleanable-bytes,logDirectory=<dir>",
+    ),
+    MetricDoc(
+        "cleanerd_partitions",
+        "gauge",
+        "Partitions by state (idle, in_progress, aborted, paused, uncleanable).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_overdue_partitions",
+        "gauge",
+        "Compacted partitions whose dirty records are older than max.compaction.lag.ms now.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_partition_dirty_ratio",
+        "gauge",
+        "Dirty ratio of each compacted partition (labels topic, partition; off with"
+        " cleanerd.metrics.per.partition=false).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_partition_compaction_delay_seconds",
+        "gauge",
+        "How far each compacted partition is past max.compaction.lag.ms (labels topic,"
+        " partition; off with cleanerd.metrics.per.partition=false).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_dedupe_budget_bytes",
+        "gauge",
+        "Dedupe buffer budget shared by the workers (log.cleaner.dedupe.buffer.size).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_dedupe_budget_in_use_bytes",
+        "gauge",
+        "Part of the dedupe budget lent to workers now.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_last_success_timestamp_seconds",
+        "gauge",
+        "Unix time of the last successful cleaning (0 before the first).",
+        "",
+    ),
+    MetricDoc("cleanerd_cleanings_total", "counter", "Successful cleanings.", ""),
+    MetricDoc(
+        "cleanerd_failures_total",
+        "counter",
+        "Failed attempts on a partition: cleanings, and surveys that could not read it (each "
+        "logged).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_bytes_read_total",
+        "counter",
+        "Bytes read by cleanings (including the recopied clean prefix).",
+        "",
+    ),
+    MetricDoc("cleanerd_bytes_written_total", "counter", "Bytes written by cleanings.", ""),
+    MetricDoc("cleanerd_records_removed_total", "counter", "Records dropped by cleanings.", ""),
+    MetricDoc(
+        "cleanerd_tombstones_removed_total",
+        "counter",
+        "Tombstones dropped after delete.retention.ms.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_markers_removed_total", "counter", "Transaction markers dropped by cleanings.", ""
+    ),
+    MetricDoc(
+        "cleanerd_txn_index_rebuilds_total",
+        "counter",
+        ".txnindex files rebuilt because they disagreed with the log's ABORT markers.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_unkeyed_records_removed_total",
+        "counter",
+        "Records without a key dropped by cleanings.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_segments_rolled_total",
+        "counter",
+        "Idle active segments rolled because of max.compaction.lag.ms.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_segments_deleted_total",
+        "counter",
+        "Segments deleted by retention (cleanup.policy=compact,delete).",
+        "",
+    ),
+    MetricDoc("cleanerd_worker_restarts_total", "counter", "Crashed workers restarted.", ""),
+    MetricDoc("cleanerd_open_fds", "gauge", "File descriptors the process holds open.", ""),
+    MetricDoc("cleanerd_max_fds", "gauge", "The process's soft RLIMIT_NOFILE.", ""),
+    MetricDoc(
+        "cleanerd_segment_maps_open",
+        "gauge",
+        "Segment maps kept open (each holds a descriptor); bounded by the next one.",
+        "",
+    ),
+    MetricDoc("cleanerd_segment_maps_limit", "gauge", "Most segment maps kept open at once.", ""),
+    MetricDoc(
+        "cleanerd_throttle_sleep_seconds_total",
+        "counter",
+        "Time workers slept in the I/O throttler (log.cleaner.io.max.bytes.per.second).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_clean_duration_seconds", "histogram", "Duration of successful cleanings.", ""
+    ),
+    MetricDoc("cleanerd_build_info", "info", "cleanerd version and Python runtime.", ""),
+)
