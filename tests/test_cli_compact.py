@@ -21,9 +21,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
-from cleanerd.compaction.one_shot import CompactionProgress, compact_partition
+from cleanerd.compaction.one_shot import compact_partition
 from cleanerd.compaction.plan import cleaner_checkpoint
 from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.summary import CompactionProgress
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format import kernels as k
 from cleanerd.inspect.verify import verify_path

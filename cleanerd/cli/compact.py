@@ -49,12 +49,10 @@ from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
 from cleanerd.compaction.one_shot import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
     CompactionError,
-    CompactionProgress,
-    CompactionSummary,
-    Progress,
     compact_directory,
 )
 from cleanerd.compaction.strategy import Strategy
+from cleanerd.compaction.summary import CompactionProgress, CompactionSummary, Progress
 from cleanerd.compaction.topic_config import INT_MAX
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.checkpoints import (
