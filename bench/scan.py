@@ -55,6 +55,7 @@ from cleanerd.format import kernels as k  # noqa: E402
 from cleanerd.format import reader  # noqa: E402
 from cleanerd.format.builder import build_batch  # noqa: E402
 from cleanerd.format.codecs import Compression  # noqa: E402
+from cleanerd.format.crc import first_bad_crc_each  # noqa: E402
 from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE  # noqa: E402
 from cleanerd.format.reader import (  # noqa: E402
     as_uint8,
@@ -259,7 +260,7 @@ def breakdown(arr: np.ndarray, repeat: int, threads: int) -> dict[str, float]:
     mv = arr.data
 
     def crc_loop() -> None:  # the loop scan_batches and index_and_hash(check_crc=True) run
-        if reader._first_bad_crc(arr, batches, 0, batches.shape[0], release_gil=False) >= 0:
+        if first_bad_crc_each(arr, batches, 0, batches.shape[0], release_gil=False) >= 0:
             raise RuntimeError("CRC mismatch")
 
     def crc_only() -> None:  # the CRC32C work alone, without the per-batch Python loop

@@ -13,25 +13,22 @@ without decoding them, and without a per-batch Python loop holding the GIL for u
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 from typing import Any
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from cleanerd.compaction import crc
 from cleanerd.format import kernels as k
 from cleanerd.format.codecs import Compression, compress
+from cleanerd.format.crc import fill_crcs
 from cleanerd.format.header import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
     ATTR_DELETE_HORIZON,
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
-    CRC_START,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MAGIC_V2,
@@ -147,12 +144,6 @@ def write_batches(
             dest[q : q + hi - lo] = src1[lo:hi]
 
 
-@njit(cache=True, nogil=True)
-def _store_crcs(dest: Arr, starts: Arr, crcs: Arr) -> None:
-    for i in range(starts.shape[0]):
-        _put_be(dest, starts[i] + 17, np.int64(crcs[i]), 4)
-
-
 @dataclass(frozen=True)
 class Rebuilt:
     """Rebuilt batches end to end in ``buf``: batch i is ``buf[starts[i]:ends[i]]``, and
@@ -224,7 +215,7 @@ def rebuild_batches(
     head[:, HEAD_COUNT] = counts
     dest = np.empty(int(ends[-1]) if rows.size else 0, dtype=np.uint8)
     write_batches(spliced, zipped_buf, which, data_lo, data_hi, starts, head, dest)
-    _fill_crcs(dest, starts, ends)
+    fill_crcs(dest, starts, ends)
     return Rebuilt(dest, starts, ends, max_ts)
 
 
@@ -250,15 +241,3 @@ def _compress_rows(spliced: U8, codecs: I64, which: Arr, data_lo: I64, data_hi: 
     data_lo[zipped] = z_ends - lengths
     data_hi[zipped] = z_ends
     return np.frombuffer(b"".join(parts), dtype=np.uint8)
-
-
-def _fill_crcs(dest: U8, starts: I64, ends: I64) -> None:
-    """Each batch's CRC32C over [attributes, end), stored at byte 17."""
-    if crc.AVAILABLE:
-        crcs = np.empty(starts.size, dtype=np.uint64)
-        crc.batch_crcs(dest, starts + CRC_START, ends, crcs)
-        _store_crcs(dest, starts, crcs)
-        return
-    mv = dest.data
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        struct.pack_into(">I", mv, a + 17, crc32c.crc32c(mv[a + CRC_START : b]))

@@ -10,10 +10,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 
-import crc32c
-
 from cleanerd.format.codecs import Compression, compress
 from cleanerd.format.control import ControlType, EndTransactionMarker, control_key
+from cleanerd.format.crc import checksum
 from cleanerd.format.header import (
     CRC_START,
     HEADER_SIZE,
@@ -71,7 +70,7 @@ def encode_records(records: Sequence[Record], base_offset: int, base_timestamp: 
 
 def finish_crc(batch: bytearray) -> bytearray:
     """Recompute and store the CRC32C of a batch in place."""
-    _CRC.pack_into(batch, 17, crc32c.crc32c(memoryview(batch)[CRC_START:]))
+    _CRC.pack_into(batch, 17, checksum(memoryview(batch)[CRC_START:]))
     return batch
 
 

@@ -28,15 +28,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 
 from cleanerd.format import kernels as k
 from cleanerd.format.codecs import Compression, decompress
 from cleanerd.format.control import ControlType, parse_control_key
+from cleanerd.format.crc import crc_reason, first_bad_crc_each
 from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE, CRC_START, BatchHeader
+from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE, BatchHeader
 from cleanerd.format.records import Header, Record
 from cleanerd.format.varint import read_varint
 
@@ -165,10 +165,10 @@ def scan_batches(
             codec = int(batches[bad, k.B_ATTRIBUTES]) & ATTR_CODEC_MASK
             reason = f"unknown compression codec id {codec}"
     if check_crc:
-        crc_bad = _first_bad_crc(arr, batches, 0, bad, release_gil=False)
+        crc_bad = first_bad_crc_each(arr, batches, 0, bad, release_gil=False)
         if crc_bad >= 0:
             bad = crc_bad
-            reason = _crc_reason(arr, batches, bad)
+            reason = crc_reason(arr, batches, bad)
     error = None
     if bad < n:
         good = batches[:bad]
@@ -188,31 +188,6 @@ def scan_batches(
             last_good_offset=_last_offset(batches, prev_last_offset),
         )
     return BatchScan(batches, int(walk_end), error)
-
-
-def _first_bad_crc(arr: U8, batches: I64, first: int, stop: int, *, release_gil: bool) -> int:
-    """The first of batches ``first..stop-1`` whose CRC32C does not match, or -1.
-
-    One crc32c call per batch, on Python ints (numpy scalars cost ~1 us a batch). crc32c keeps
-    the GIL for data under 32 KiB unless told otherwise: ``release_gil`` when other threads run.
-    """
-    rows = batches[first:stop]
-    starts = (rows[:, k.B_POS] + CRC_START).tolist()
-    stops = (rows[:, k.B_POS] + rows[:, k.B_SIZE]).tolist()
-    stored = rows[:, k.B_CRC].tolist()
-    mv = arr.data
-    crc = crc32c.crc32c
-    mode = 1 if release_gil else -1
-    for i, (lo, hi, expected) in enumerate(zip(starts, stops, stored, strict=True)):
-        if crc(mv[lo:hi], 0, mode) != expected:
-            return first + i
-    return -1
-
-
-def _crc_reason(arr: U8, batches: I64, i: int) -> str:
-    pos = int(batches[i, k.B_POS])
-    computed = crc32c.crc32c(arr.data[pos + CRC_START : pos + int(batches[i, k.B_SIZE])])
-    return f"CRC mismatch: stored {int(batches[i, k.B_CRC]):#010x}, computed {computed:#010x}"
 
 
 def _last_offset(batches: I64, default: int) -> int:
@@ -365,7 +340,7 @@ def _index(
     crc_bad = [-1]
 
     def crc_task() -> None:
-        crc_bad[0] = _first_bad_crc(arr, batches, 0, n, release_gil=parallel)
+        crc_bad[0] = first_bad_crc_each(arr, batches, 0, n, release_gil=parallel)
 
     def index_task(c: int) -> None:
         first, stop = chunks[c]
@@ -382,7 +357,7 @@ def _index(
     # the first error in batch order; a CRC mismatch goes first in its batch, as in scan_batches
     if 0 <= crc_bad[0] <= usable:
         usable = crc_bad[0]
-        early = error(_crc_reason(arr, batches, usable), usable)
+        early = error(crc_reason(arr, batches, usable), usable)
     for c, (first, stop) in enumerate(chunks):
         if first >= usable:
             break
