@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cleanerd.compaction.map_table import ZERO_HASH_REMAP
 from cleanerd.compaction.offset_map import (
     OFFSET_SLOT_BYTES,
     VERSIONED_SLOT_BYTES,
-    ZERO_HASH_REMAP,
     OffsetMap,
     slot_bytes,
 )

@@ -165,7 +165,7 @@ def _put_fused(
             lat = np.where(
                 sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
             )
-            tab = fused.table(omap)
+            tab = omap.table
             if cache is not None and cursor >= 0:
                 hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
             else:  # not kept: a chunk's worth of room for the kernel
@@ -193,7 +193,7 @@ def _put_fused(
                 max(cursor, 0),
                 touched,
             )
-            fused.set_size(omap, size)
+            omap.set_size(size)
             if latest >= 0:
                 omap.update_latest_offset(latest)
         if err != k.REC_OK:
@@ -219,12 +219,12 @@ def clear_map(omap: OffsetMap, touched: Arr | None) -> None:
     if omap.size and not (
         touched is not None
         and touched.shape[0] * 64 >= omap.slots
-        and fused.clear_touched(fused.table(omap), touched) == omap.size
+        and fused.clear_touched(omap.table, touched) == omap.size
     ):
         omap.clear()
     if touched is not None:
         touched.fill(0)
-    fused.set_size(omap, 0)
+    omap.set_size(0)
     omap.update_latest_offset(-1)
 
 
@@ -290,7 +290,7 @@ def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache, start: int)
     n = cache.records
     if n == 0 or omap.size * WINNER_MARKING_RATIO > n or not cache.ascending:
         return
-    winners = np.sort(fused.map_offsets(fused.table(omap), touched))
+    winners = np.sort(fused.map_offsets(omap.table, touched))
     if winners.shape[0] != omap.size:  # pragma: no cover - every put marks its slot
         return
     if winners.shape[0] * 64 < n:  # a binary search per winner beats a walk over every record

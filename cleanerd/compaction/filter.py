@@ -146,7 +146,7 @@ def decide_chunk(
     hit = look & (first >= 0) if use_cache and first is not None else np.zeros(nb, np.bool_)
     kept = np.zeros(nb, dtype=np.int64)
     kept_tomb = np.zeros(nb, dtype=np.bool_)
-    tab = fused.table(ctx.omap)
+    tab = ctx.omap.table
     latest = ctx.omap.latest_offset
     invalid = removed = 0
     if cache is not None and first is not None and hit.any():

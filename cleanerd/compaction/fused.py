@@ -10,11 +10,11 @@
   looked at (the map's verdict, the delete horizon of tombstones, records beyond the map's range
   and control records kept) and per batch the kept count and whether a tombstone was kept.
 
-Both reach ``OffsetMap``'s table through a raw pointer (``kernels._data_ptr``): a numba helper
+Both reach ``OffsetMap.table`` through a raw pointer (``kernels._data_ptr``): a numba helper
 that takes an array pays an atomic incref/decref per call, which at one probe per record costs
-more than the probe. Probing is ``offset_map``'s (same home slot, Robin Hood order, hash
-normalisation, packed offsets), so a map filled here answers ``OffsetMap.get`` and
-``should_retain`` exactly as if ``put_batch`` had filled it, and the other way round.
+more than the probe. They probe it with ``map_table``'s functions, the ones ``OffsetMap`` uses,
+so a map filled here answers ``OffsetMap.get`` and ``should_retain`` exactly as if
+``put_batch`` had filled it, and the other way round.
 """
 
 from __future__ import annotations
@@ -25,8 +25,16 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from cleanerd.compaction.offset_map import OffsetMap, _dist, _home, _norm
-from cleanerd.compaction.strategy import wins
+from cleanerd.compaction.map_table import (
+    SLOT_H1,
+    SLOT_H2,
+    SLOT_OFFSET,
+    insert_key,
+    is_full,
+    normalize,
+    retains,
+)
+from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.format import kernels as k
 from cleanerd.format.kernels import _data_ptr, _index_one
 
@@ -35,82 +43,6 @@ Arr = npt.NDArray[Any]
 FLAG_KEYED = 1
 FLAG_TOMBSTONE = 2
 FLAG_WINNER = 4  # the record's offset is its key's entry in the map (``mark_winners``)
-
-_H1, _H2, _OFF, _VER = 0, 1, 2, 3
-
-
-def table(omap: OffsetMap) -> Arr:
-    """The map's slot table (``uint64[slots, width]``), for the kernels here."""
-    return omap._tab
-
-
-def set_size(omap: OffsetMap, size: int) -> None:
-    """Record the entry count after a kernel here added keys to ``omap``'s table."""
-    omap._size = int(size)
-
-
-@njit(cache=True)
-def _find(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> Any:
-    """``offset_map._find`` over a table pointer: slot of the (normalised) hash, or -1."""
-    pos = _home(h1, slots)
-    for i in range(slots):
-        r1 = t[pos * width + _H1]
-        r2 = t[pos * width + _H2]
-        if r1 == h1 and r2 == h2:
-            return pos
-        if (r1 == 0 and r2 == 0) or _dist(pos, r1, slots) < i:
-            return -1
-        pos += 1
-        if pos == slots:
-            pos = 0
-    return -1
-
-
-@njit(cache=True)
-def _mark(touched: Any, pos: int) -> None:
-    touched[pos >> 6] |= np.uint64(1) << np.uint64(pos & 63)
-
-
-@njit(cache=True)
-def _insert_offset(
-    t: Any, slots: int, h1: np.uint64, h2: np.uint64, offset: int, touched: Any
-) -> int:
-    """``offset_map._insert`` for the offset strategy (width 3) over a table pointer.
-
-    Returns 1 if a key was added; the caller guarantees a free slot. Every slot written is
-    marked in the ``touched`` bitmap (see ``clear_touched``).
-    """
-    packed = np.uint64(offset)
-    pos = _home(h1, slots)
-    d = 0
-    while True:
-        o = pos * 3
-        r1 = t[o + _H1]
-        r2 = t[o + _H2]
-        if r1 == 0 and r2 == 0:
-            break
-        if r1 == h1 and r2 == h2:
-            t[o + _OFF] = packed  # Kafka: the later put always replaces
-            return 0
-        rd = _dist(pos, r1, slots)
-        if rd < d:
-            t[o + _H1] = h1
-            t[o + _H2] = h2
-            p = t[o + _OFF]
-            t[o + _OFF] = packed
-            _mark(touched, pos)
-            h1, h2, packed = r1, r2, p
-            d = rd
-        pos += 1
-        d += 1
-        if pos == slots:
-            pos = 0
-    o = pos * 3
-    t[o + _H1] = h1
-    t[o + _H2] = h2
-    t[o + _OFF] = packed
-    _mark(touched, pos)
-    return 1
 
 
 def touched_bitmap(omap: OffsetMap) -> Arr:
@@ -142,7 +74,7 @@ def clear_touched(tab: Arr, touched: Arr) -> int:
                 if pos >= tab.shape[0]:
                     break
                 o = pos * width
-                if t[o + _H1] != 0 or t[o + _H2] != 0:
+                if t[o + SLOT_H1] != 0 or t[o + SLOT_H2] != 0:
                     n += 1
                 for c in range(width):
                     t[o + c] = 0
@@ -266,11 +198,11 @@ def map_records(
         c = cursor + j
         offset = cache_offsets[c]
         if (cache_flags[c] & FLAG_KEYED) and offset >= start_offset:
-            if size >= max_entries:
+            if is_full(size, max_entries):
                 full_record = j  # Kafka: full before the key is even looked up
                 break
-            n1, n2 = _norm(cache_hashes[c, 0], cache_hashes[c, 1])
-            size += _insert_offset(t, slots, n1, n2, offset, touched_p)
+            n1, n2 = normalize(cache_hashes[c, 0], cache_hashes[c, 1])
+            size += insert_key(t, 3, slots, n1, n2, offset, 0, False, False, touched_p, True)
             latest = offset
     return k.REC_OK, rec, full_record, size, latest
 
@@ -295,8 +227,8 @@ def map_offsets(tab: Arr, touched: Arr) -> Arr:
             if word & np.uint64(1):
                 pos = w * 64 + b
                 o = pos * width
-                if pos < tab.shape[0] and (t[o + _H1] != 0 or t[o + _H2] != 0):
-                    out[m] = np.int64(t[o + _OFF])
+                if pos < tab.shape[0] and (t[o + SLOT_H1] != 0 or t[o + SLOT_H2] != 0):
+                    out[m] = np.int64(t[o + SLOT_OFFSET])
                     m += 1
             word >>= np.uint64(1)
             b += 1
@@ -436,25 +368,12 @@ def decide_records(
             elif 0 <= winners_from <= offsets[i]:
                 keep_it = (f & FLAG_WINNER) != 0 and (not tomb or deletes_kept)
             else:
-                h1, h2 = _norm(hashes[i, 0], hashes[i, 1])
-                pos = _find(t, width, slots, h1, h2)
-                if pos < 0:
-                    win = True
+                h1, h2 = normalize(hashes[i, 0], hashes[i, 1])
+                if versioned:
+                    v, has = versions[i], has_version[i]
                 else:
-                    packed = np.int64(t[pos * width + _OFF])
-                    if not versioned:
-                        win = offsets[i] >= packed  # Kafka's `offset >= found`
-                    else:
-                        o = packed if packed >= 0 else ~packed
-                        v = np.int64(t[pos * width + _VER])
-                        win = offsets[i] == o or wins(
-                            offsets[i],
-                            versions[i],
-                            has_version[i],
-                            int(o),
-                            int(v),
-                            bool(packed >= 0),
-                        )
+                    v, has = 0, False
+                win = retains(t, width, slots, h1, h2, offsets[i], v, has, versioned)
                 keep_it = win and (not tomb or deletes_kept)
             keep[i] = keep_it
             if keep_it:

@@ -16,6 +16,7 @@ offset and version. ``width`` is 3 (24 bytes: h1, h2, offset) for the offset str
   slot, which at Kafka's 0.9 load factor would average ~50 probes. Entries are never deleted
   (only ``clear``), so no tombstones or backward shifts are needed.
 
+The probe itself (lookup, insert, the full rule) is ``map_table``'s, shared with the fused kernels.
 Python runs once per call; every loop over records is a ``nogil`` kernel. Not thread-safe: one
 map per cleaning.
 """
@@ -29,113 +30,23 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from cleanerd.compaction.strategy import Strategy, StrategyConfig, wins
+from cleanerd.compaction.map_table import (
+    find_slot,
+    insert_key,
+    is_full,
+    normalize,
+    retains,
+    stored_entry,
+)
+from cleanerd.compaction.strategy import Strategy, StrategyConfig
 
 Arr = npt.NDArray[Any]
 
 OFFSET_SLOT_BYTES = 24  # h1, h2, offset
 VERSIONED_SLOT_BYTES = 32  # h1, h2, offset, version
 DEFAULT_LOAD_FACTOR = 0.9  # log.cleaner.io.buffer.load.factor
-ZERO_HASH_REMAP = np.uint64(0x9E3779B97F4A7C15)
-_H1, _H2, _OFF, _VER = 0, 1, 2, 3
 _EMPTY_BOOL = np.zeros(0, dtype=np.bool_)
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
-
-
-@njit(cache=True, nogil=True)
-def _norm(h1: np.uint64, h2: np.uint64) -> tuple[np.uint64, np.uint64]:
-    if h1 == 0 and h2 == 0:
-        return h1, ZERO_HASH_REMAP
-    return h1, h2
-
-
-@njit(cache=True, nogil=True)
-def _home(h1: np.uint64, slots: int) -> Any:
-    """Home slot of a key: ``h1`` is a murmur3 output word, already uniform."""
-    return np.int64(h1 % np.uint64(slots))
-
-
-@njit(cache=True, nogil=True)
-def _dist(pos: int, h1: np.uint64, slots: int) -> Any:
-    """Distance of slot ``pos`` from the home slot of hash word ``h1``."""
-    home = _home(h1, slots)
-    return pos - home if pos >= home else pos + slots - home
-
-
-@njit(cache=True, nogil=True)
-def _find(tab: Arr, h1: np.uint64, h2: np.uint64) -> Any:
-    """Slot of the (normalised) hash, or -1."""
-    slots = tab.shape[0]
-    pos = _home(h1, slots)
-    for i in range(slots):
-        r1 = tab[pos, _H1]
-        r2 = tab[pos, _H2]
-        if r1 == h1 and r2 == h2:
-            return pos
-        if (r1 == 0 and r2 == 0) or _dist(pos, r1, slots) < i:
-            return -1  # Robin Hood: the key would have displaced this resident
-        pos += 1
-        if pos == slots:
-            pos = 0
-    return -1
-
-
-@njit(cache=True, nogil=True)
-def _unpack(tab: Arr, pos: int, versioned: bool) -> tuple[Any, Any, bool]:
-    packed = np.int64(tab[pos, _OFF])
-    if not versioned:
-        return packed, 0, False
-    if packed >= 0:
-        return packed, np.int64(tab[pos, _VER]), True
-    return ~packed, np.int64(tab[pos, _VER]), False
-
-
-@njit(cache=True, nogil=True)
-def _insert(
-    tab: Arr, h1: np.uint64, h2: np.uint64, offset: int, version: int, has: bool, versioned: bool
-) -> int:
-    """Put one record; returns 1 if it added a key, 0 if the key was present.
-
-    The caller guarantees a free slot (size < max_entries <= slots).
-    """
-    slots = tab.shape[0]
-    packed = np.uint64(offset if (has or not versioned) else ~offset)
-    ver = np.uint64(version)
-    pos = _home(h1, slots)
-    d = 0
-    while True:
-        r1 = tab[pos, _H1]
-        r2 = tab[pos, _H2]
-        if r1 == 0 and r2 == 0:
-            break
-        if r1 == h1 and r2 == h2:
-            if not versioned:
-                tab[pos, _OFF] = packed  # Kafka: the later put always replaces
-            else:
-                o, v, h = _unpack(tab, pos, versioned)
-                if wins(offset, version, has, o, v, h):
-                    tab[pos, _OFF] = packed
-                    tab[pos, _VER] = ver
-            return 0
-        rd = _dist(pos, r1, slots)
-        if rd < d:
-            # key absent: take this slot and carry the resident on (no equality checks needed)
-            tab[pos, _H1], h1 = h1, r1
-            tab[pos, _H2], h2 = h2, r2
-            tab[pos, _OFF], packed = packed, tab[pos, _OFF]
-            if versioned:
-                tab[pos, _VER], ver = ver, tab[pos, _VER]
-            d = rd
-        pos += 1
-        d += 1
-        if pos == slots:
-            pos = 0
-    tab[pos, _H1] = h1
-    tab[pos, _H2] = h2
-    tab[pos, _OFF] = packed
-    if versioned:
-        tab[pos, _VER] = ver
-    return 1
 
 
 @njit(cache=True, nogil=True)
@@ -154,49 +65,54 @@ def _put_batch(
 ) -> tuple[int, bool, int, int]:
     """Insert records from ``start`` in order: ``(next_index, full, size, latest_offset)``."""
     n = hashes.shape[0]
+    t = tab.reshape(tab.size)
+    width = tab.shape[1]
+    slots = tab.shape[0]
     use_keyed = keyed.shape[0] > 0
+    no_bitmap = np.zeros(0, dtype=np.uint64)
     for i in range(start, n):
         if use_keyed and not keyed[i]:
             continue
-        if size >= max_entries:
+        if is_full(size, max_entries):
             return i, True, size, latest  # Kafka: full before the key is even looked up
-        h1, h2 = _norm(hashes[i, 0], hashes[i, 1])
+        h1, h2 = normalize(hashes[i, 0], hashes[i, 1])
         if versioned:
-            size += _insert(tab, h1, h2, offsets[i], versions[i], has_version[i], True)
+            v, has = versions[i], has_version[i]
         else:
-            size += _insert(tab, h1, h2, offsets[i], 0, False, False)
+            v, has = 0, False
+        size += insert_key(t, width, slots, h1, h2, offsets[i], v, has, versioned, no_bitmap, False)
         latest = offsets[i]
     return n, False, size, latest
 
 
 @njit(cache=True, nogil=True)
 def _get(tab: Arr, hashes: Arr, versioned: bool, out_off: Arr, out_ver: Arr, out_has: Arr) -> None:
+    t = tab.reshape(tab.size)
+    width = tab.shape[1]
     for i in range(hashes.shape[0]):
-        h1, h2 = _norm(hashes[i, 0], hashes[i, 1])
-        pos = _find(tab, h1, h2)
+        h1, h2 = normalize(hashes[i, 0], hashes[i, 1])
+        pos = find_slot(t, width, tab.shape[0], h1, h2)
         if pos < 0:
             out_off[i] = -1
             out_ver[i] = 0
             out_has[i] = False
         else:
-            out_off[i], out_ver[i], out_has[i] = _unpack(tab, pos, versioned)
+            out_off[i], out_ver[i], out_has[i] = stored_entry(t, width, pos, versioned)
 
 
 @njit(cache=True, nogil=True)
 def _retain(
     tab: Arr, hashes: Arr, offsets: Arr, versions: Arr, has_version: Arr, versioned: bool, out: Arr
 ) -> None:
+    t = tab.reshape(tab.size)
+    width = tab.shape[1]
     for i in range(hashes.shape[0]):
-        h1, h2 = _norm(hashes[i, 0], hashes[i, 1])
-        pos = _find(tab, h1, h2)
-        if pos < 0:
-            out[i] = True
-            continue
-        o, v, h = _unpack(tab, pos, versioned)
-        if not versioned:
-            out[i] = offsets[i] >= o  # Kafka's `offset >= found`
+        h1, h2 = normalize(hashes[i, 0], hashes[i, 1])
+        if versioned:
+            v, has = versions[i], has_version[i]
         else:
-            out[i] = offsets[i] == o or wins(offsets[i], versions[i], has_version[i], o, v, h)
+            v, has = 0, False
+        out[i] = retains(t, width, tab.shape[0], h1, h2, offsets[i], v, has, versioned)
 
 
 def slot_bytes(strategy: StrategyConfig | Strategy) -> int:
@@ -249,6 +165,16 @@ class OffsetMap:
     @property
     def slots(self) -> int:
         return int(self._tab.shape[0])
+
+    @property
+    def table(self) -> Arr:
+        """The slot table (``uint64[slots, width]``), for kernels that probe it with this
+        module's functions (``fused``); they report the keys they add with ``set_size``."""
+        return self._tab
+
+    def set_size(self, size: int) -> None:
+        """Record the entry count after a kernel added keys to ``table`` (or emptied it)."""
+        self._size = int(size)
 
     @property
     def size(self) -> int:
