@@ -59,8 +59,8 @@ import numpy as np  # noqa: E402
 from _facts import emit  # noqa: E402
 
 from cleanerd.compaction.cleaner import Cleaner  # noqa: E402
+from cleanerd.compaction.engine import clean_once, plan_log  # noqa: E402
 from cleanerd.compaction.offset_map import OffsetMap, slot_bytes  # noqa: E402
-from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint, plan  # noqa: E402
 from cleanerd.compaction.strategy import StrategyConfig  # noqa: E402
 from cleanerd.compaction.topic_config import TopicCleanerConfig  # noqa: E402
 from cleanerd.format import kernels as k  # noqa: E402
@@ -225,8 +225,7 @@ def _warm_up(codec: Compression, directory: Path, cleaner: Cleaner, n: int) -> N
             )
         )
     plog.roll()
-    p = plan(LogMeta.from_log(plog, cleaner_checkpoint(plog)), topic_config(), NOW_MS)
-    cleaner.clean(plog, p, topic_config(), StrategyConfig(), NOW_MS)
+    clean_once(plog, cleaner, topic_config(), StrategyConfig(), NOW_MS)
     plog.close()
     shutil.rmtree(part)
 
@@ -248,8 +247,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         # and record cache are in memory and the map's clear costs the slots that clean used
         warm = directory / WARM_PARTITION
         wlog = PartitionLog(warm, log_config(), clock=lambda: NOW_MS)
-        wplan = plan(LogMeta.from_log(wlog, cleaner_checkpoint(wlog)), cfg, NOW_MS)
-        cleaner.clean(wlog, wplan, cfg, strategy, NOW_MS)
+        clean_once(wlog, cleaner, cfg, strategy, NOW_MS)
         wlog.close()
         shutil.rmtree(warm)
         gc.collect()
@@ -259,7 +257,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     t1b = time.perf_counter()
     plog = PartitionLog(directory / PARTITION, log_config(), clock=lambda: NOW_MS)
     t2 = time.perf_counter()
-    p = plan(LogMeta.from_log(plog, cleaner_checkpoint(plog)), cfg, NOW_MS)
+    _, p = plan_log(plog, cfg, NOW_MS)
     t3 = time.perf_counter()
     plan_peak_kib = _status_kib("VmHWM")
     _reset_peak()  # outside the timed stages: the clean's own peak from here

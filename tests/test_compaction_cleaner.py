@@ -19,9 +19,10 @@ import pytest
 
 from cleanerd.compaction.build_map import build_offset_map
 from cleanerd.compaction.cleaner import Cleaner, CleaningAbortedError, CleanResult, segment_sizes
+from cleanerd.compaction.engine import plan_log
 from cleanerd.compaction.grouping import INT32_MAX, SegmentSizes, group_segments
 from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
-from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
+from cleanerd.compaction.plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
@@ -109,7 +110,7 @@ def clean_until_done(
     cleaner = Cleaner(omap)
     results: list[CleanResult] = []
     for _ in range(10_000):
-        p = plan(LogMeta.from_log(log, cleaner_checkpoint(log)), config, now)
+        _, p = plan_log(log, config, now)
         if p.first_dirty_offset >= p.first_uncleanable_offset:
             return results
         result = cleaner.clean(log, p, config, strategy, now)

@@ -38,8 +38,9 @@ from pathlib import Path
 
 from cleanerd.compaction.bounds import nothing_cleanable_reason
 from cleanerd.compaction.cleaner import Cleaner
+from cleanerd.compaction.engine import never, plan_log
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap
-from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
+from cleanerd.compaction.plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.summary import (
@@ -80,10 +81,6 @@ class CompactionError(Exception):
     """The one-shot compaction cannot go on (for example no pass makes progress)."""
 
 
-def _never() -> bool:
-    return False
-
-
 def compact_partition(
     log: PartitionLog,
     config: TopicCleanerConfig,
@@ -93,7 +90,7 @@ def compact_partition(
     map_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
     dry_run: bool = False,
     progress: Progress | None = None,
-    abort_check: Callable[[], bool] = _never,
+    abort_check: Callable[[], bool] = never,
     load_factor: float = DEFAULT_LOAD_FACTOR,
     roll_active: bool = False,
 ) -> CompactionSummary:
@@ -132,7 +129,7 @@ def compact_directory(
     map_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
     dry_run: bool = False,
     progress: Progress | None = None,
-    abort_check: Callable[[], bool] = _never,
+    abort_check: Callable[[], bool] = never,
     load_factor: float = DEFAULT_LOAD_FACTOR,
     temp_root: Path | None = None,
     roll_active: bool = False,
@@ -207,8 +204,8 @@ class _Run:
         return self.abort_check()
 
     def _plan(self) -> CleaningPlan:
-        self.meta = LogMeta.from_log(self.log, cleaner_checkpoint(self.log))
-        return plan(self.meta, self.config, self.now_ms)
+        self.meta, p = plan_log(self.log, self.config, self.now_ms)
+        return p
 
     def _clean(self, p: CleaningPlan, *, settling: bool) -> int:
         """One pass. Settling passes judge delete horizons at ``now - 1`` with one more ms of

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cleanerd.compaction.cleaner import Cleaner
+from cleanerd.compaction.engine import clean_once, open_log
 from cleanerd.compaction.offset_map import OffsetMap
-from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint, plan
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.compaction.topic_settings import TopicSettings
@@ -72,17 +72,15 @@ def run_clean(
     (``CleaningAbortedError`` when ``abort_check`` said stop; the log is then as it was or
     with some groups swapped, never with a ``.cleaned`` file left)."""
     started = time.monotonic()
-    log = PartitionLog(directory, settings.log)
-    try:
-        p = plan(LogMeta.from_log(log, cleaner_checkpoint(log)), settings.cleaner, now_ms)
+    with open_log(directory, settings.log) as log:
         cleaner = slot.cleaner(map_bytes, settings, load_factor, throttler)
-        result = cleaner.clean(log, p, settings.cleaner, settings.strategy, now_ms, abort_check)
+        p, result = clean_once(
+            log, cleaner, settings.cleaner, settings.strategy, now_ms, abort_check
+        )
         deleted = bytes_deleted = 0
         if settings.cleaner.delete:
             r = delete_old_segments(log, settings.retention, now_ms)
             deleted, bytes_deleted = r.segments_deleted, r.bytes_deleted
-    finally:
-        log.close()
     return JobResult(
         stats=result.stats,
         first_dirty_offset=p.first_dirty_offset,

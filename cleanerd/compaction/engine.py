@@ -1,0 +1,60 @@
+"""The engine's front door: open a partition, plan it as Kafka's cleaner would, clean it once.
+
+Every driver runs the same sequence (the daemon's worker thread, ``cleanerd compact``, the
+benchmarks, the tests, and next the snapshot and Spark drivers): open the log (recovery runs),
+read its metadata and cleaner checkpoint, plan at ``now_ms``, run one ``Cleaner.clean`` over the
+plan's range, close. These few functions are that sequence, written once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from cleanerd.compaction.cleaner import Cleaner, CleanResult
+from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
+from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog, wall_clock_ms
+
+
+@contextmanager
+def open_log(
+    directory: Path, config: LogConfig | None = None, *, clock: Callable[[], int] = wall_clock_ms
+) -> Iterator[PartitionLog]:
+    """The partition at ``directory``, opened (interrupted swaps recovered, indexes checked)
+    and closed when the block ends, whatever happens in it."""
+    log = PartitionLog(directory, config, clock=clock)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def plan_log(
+    log: PartitionLog, config: TopicCleanerConfig, now_ms: int
+) -> tuple[LogMeta, CleaningPlan]:
+    """The log's metadata (with its cleaner checkpoint) and Kafka's plan for it at ``now_ms``.
+    The producer-state walk behind the plan's LSO is kept by ``log`` for the clean."""
+    meta = LogMeta.from_log(log, cleaner_checkpoint(log))
+    return meta, plan(meta, config, now_ms)
+
+
+def never() -> bool:
+    return False
+
+
+def clean_once(
+    log: PartitionLog,
+    cleaner: Cleaner,
+    config: TopicCleanerConfig,
+    strategy: StrategyConfig,
+    now_ms: int,
+    abort_check: Callable[[], bool] = never,
+) -> tuple[CleaningPlan, CleanResult]:
+    """Plan ``log`` at ``now_ms`` and run one cleaning over the plan's range (nothing when the
+    range is empty): Kafka's ``cleanLog`` for one log, whatever its dirty ratio."""
+    _, p = plan_log(log, config, now_ms)
+    return p, cleaner.clean(log, p, config, strategy, now_ms, abort_check)
