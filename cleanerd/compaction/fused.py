@@ -36,7 +36,8 @@ from cleanerd.compaction.map_table import (
 )
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.format import kernels as k
-from cleanerd.format.kernels import _data_ptr, _index_one
+from cleanerd.format.kernels import data_ptr as _data_ptr
+from cleanerd.format.kernels import index_one as _index_one
 
 Arr = npt.NDArray[Any]
 

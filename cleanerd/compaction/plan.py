@@ -18,12 +18,11 @@ from typing import NamedTuple
 
 from cleanerd.compaction.batches import fold_producers
 from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.topic_partition import TopicPartition
-
-LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ import numpy.typing as npt
 from numba import njit
 
 from cleanerd.format import kernels as k
+from cleanerd.format import layout as at
 from cleanerd.format.codecs import Compression, compress
 from cleanerd.format.crc import fill_crcs
 from cleanerd.format.header import (
@@ -123,19 +124,19 @@ def write_batches(
     """
     for i in range(starts.shape[0]):
         p = starts[i]
-        _put_be(dest, p, head[i, HEAD_BASE_OFFSET], 8)
-        _put_be(dest, p + 8, head[i, HEAD_LENGTH], 4)
-        _put_be(dest, p + 12, head[i, HEAD_LEADER_EPOCH], 4)
-        dest[p + 16] = MAGIC_V2
-        _put_be(dest, p + 17, 0, 4)
-        _put_be(dest, p + 21, head[i, HEAD_ATTRIBUTES], 2)
-        _put_be(dest, p + 23, head[i, HEAD_LAST_DELTA], 4)
-        _put_be(dest, p + 27, head[i, HEAD_BASE_TIMESTAMP], 8)
-        _put_be(dest, p + 35, head[i, HEAD_MAX_TIMESTAMP], 8)
-        _put_be(dest, p + 43, head[i, HEAD_PRODUCER_ID], 8)
-        _put_be(dest, p + 51, head[i, HEAD_PRODUCER_EPOCH], 2)
-        _put_be(dest, p + 53, head[i, HEAD_BASE_SEQUENCE], 4)
-        _put_be(dest, p + 57, head[i, HEAD_COUNT], 4)
+        _put_be(dest, p + at.BASE_OFFSET_AT, head[i, HEAD_BASE_OFFSET], 8)
+        _put_be(dest, p + at.LENGTH_AT, head[i, HEAD_LENGTH], 4)
+        _put_be(dest, p + at.LEADER_EPOCH_AT, head[i, HEAD_LEADER_EPOCH], 4)
+        dest[p + at.MAGIC_AT] = MAGIC_V2
+        _put_be(dest, p + at.CRC_AT, 0, 4)
+        _put_be(dest, p + at.ATTRIBUTES_AT, head[i, HEAD_ATTRIBUTES], 2)
+        _put_be(dest, p + at.LAST_OFFSET_DELTA_AT, head[i, HEAD_LAST_DELTA], 4)
+        _put_be(dest, p + at.BASE_TIMESTAMP_AT, head[i, HEAD_BASE_TIMESTAMP], 8)
+        _put_be(dest, p + at.MAX_TIMESTAMP_AT, head[i, HEAD_MAX_TIMESTAMP], 8)
+        _put_be(dest, p + at.PRODUCER_ID_AT, head[i, HEAD_PRODUCER_ID], 8)
+        _put_be(dest, p + at.PRODUCER_EPOCH_AT, head[i, HEAD_PRODUCER_EPOCH], 2)
+        _put_be(dest, p + at.BASE_SEQUENCE_AT, head[i, HEAD_BASE_SEQUENCE], 4)
+        _put_be(dest, p + at.RECORDS_COUNT_AT, head[i, HEAD_COUNT], 4)
         lo, hi = data_lo[i], data_hi[i]
         q = p + HEADER_SIZE
         if which[i] == 0:

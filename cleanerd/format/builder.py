@@ -26,6 +26,7 @@ from cleanerd.format.header import (
     BatchHeader,
     attributes_for,
 )
+from cleanerd.format.layout import CRC_AT
 from cleanerd.format.records import Record
 from cleanerd.format.varint import INT32_MAX, write_varint, write_varlong
 
@@ -70,7 +71,7 @@ def encode_records(records: Sequence[Record], base_offset: int, base_timestamp: 
 
 def finish_crc(batch: bytearray) -> bytearray:
     """Recompute and store the CRC32C of a batch in place."""
-    _CRC.pack_into(batch, 17, checksum(memoryview(batch)[CRC_START:]))
+    _CRC.pack_into(batch, CRC_AT, checksum(memoryview(batch)[CRC_START:]))
     return batch
 
 

@@ -27,10 +27,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from cleanerd.format import kernels as k
-from cleanerd.format.header import CRC_START
-from cleanerd.format.kernels import _data_ptr
-
-CRC_OFFSET = 17  # where a batch stores its CRC32C
+from cleanerd.format.kernels import data_ptr
+from cleanerd.format.layout import CRC_AT, CRC_START
 
 Arr = npt.NDArray[Any]
 _I64, _I32, _I8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
@@ -116,7 +114,7 @@ def batch_crcs(buf: Arr, starts: Arr, ends: Arr, out: Arr) -> None:
     for i in range(n):
         if not 0 <= starts[i] <= ends[i] <= buf.shape[0]:
             raise ValueError("batch_crcs: a range lies outside the buffer")
-    ptr = _data_ptr(buf)
+    ptr = data_ptr(buf)
     i = 0
     while i + 4 <= n:
         p0, p1, p2, p3 = starts[i], starts[i + 1], starts[i + 2], starts[i + 3]
@@ -186,7 +184,7 @@ def first_bad_crc(arr: Arr, batches: Arr) -> int:
 def _store_crcs(dest: Arr, starts: Arr, crcs: Arr) -> None:
     for i in range(starts.shape[0]):
         v = np.int64(crcs[i])
-        p = starts[i] + CRC_OFFSET
+        p = starts[i] + CRC_AT
         for j in range(3, -1, -1):
             dest[p + j] = np.uint8(v & 0xFF)
             v >>= 8
@@ -202,4 +200,4 @@ def fill_crcs(dest: Arr, starts: Arr, ends: Arr) -> None:
         return
     mv = dest.data
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        _CRC.pack_into(mv, a + CRC_OFFSET, crc32c.crc32c(mv[a + CRC_START : b]))
+        _CRC.pack_into(mv, a + CRC_AT, crc32c.crc32c(mv[a + CRC_START : b]))

@@ -7,11 +7,11 @@ from dataclasses import dataclass, replace
 
 from cleanerd.format.codecs import Compression
 from cleanerd.format.errors import CorruptRecordError
+from cleanerd.format.layout import CRC_START as CRC_START  # noqa: PLC0414
+from cleanerd.format.layout import HEADER_SIZE as HEADER_SIZE  # noqa: PLC0414
+from cleanerd.format.layout import LOG_OVERHEAD as LOG_OVERHEAD  # noqa: PLC0414
+from cleanerd.format.layout import MAGIC_V2 as MAGIC_V2  # noqa: PLC0414
 
-HEADER_SIZE = 61
-LOG_OVERHEAD = 12  # baseOffset + batchLength
-CRC_START = 21  # the CRC covers attributes .. end of batch
-MAGIC_V2 = 2
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1

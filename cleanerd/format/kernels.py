@@ -27,8 +27,13 @@ import numpy.typing as npt
 from numba import njit, types
 from numba.extending import intrinsic
 
+from cleanerd.format import layout as at
+from cleanerd.format.layout import HEADER_SIZE as HEADER_SIZE  # noqa: PLC0414
+from cleanerd.format.layout import LOG_OVERHEAD as LOG_OVERHEAD  # noqa: PLC0414
+from cleanerd.format.layout import MAGIC_V2 as MAGIC_V2  # noqa: PLC0414
+
 Arr = npt.NDArray[Any]
-Ptr = Any  # a numba CPointer(uint8) inside kernels (see _data_ptr)
+Ptr = Any  # a numba CPointer(uint8) inside kernels (see data_ptr)
 _CPointer: Any = types.CPointer
 
 
@@ -51,7 +56,7 @@ def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
     return sig, codegen
 
 
-_data_ptr: Any = intrinsic(_data_ptr_typing)
+data_ptr: Any = intrinsic(_data_ptr_typing)
 
 
 # --- batch matrix columns (walk_batches) ---------------------------------------------------------
@@ -84,10 +89,6 @@ R_HEADERS_POS = 8  # position of the first header (after the header-count varint
 R_HEADER_COUNT = 9
 R_BATCH = 10  # row of the batch this record belongs to
 RECORD_COLUMNS = 11
-
-HEADER_SIZE = 61
-LOG_OVERHEAD = 12
-MAGIC_V2 = 2
 
 # walk_batches stop codes
 WALK_OK = 0
@@ -163,11 +164,11 @@ def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
         if end - p < HEADER_SIZE:
             code = WALK_PARTIAL_HEADER
             break
-        length = _i32(buf, p + 8)
+        length = _i32(buf, p + at.LENGTH_AT)
         if length < HEADER_SIZE - LOG_OVERHEAD:
             code = WALK_TOO_SMALL
             break
-        if buf[p + 16] != MAGIC_V2:
+        if buf[p + at.MAGIC_AT] != MAGIC_V2:
             code = WALK_BAD_MAGIC
             break
         if p + LOG_OVERHEAD + length > end:
@@ -178,22 +179,22 @@ def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
     out = np.empty((n, BATCH_COLUMNS), dtype=np.int64)
     q = start
     for i in range(n):
-        length = _i32(buf, q + 8)
-        base = _i64(buf, q)
+        length = _i32(buf, q + at.LENGTH_AT)
+        base = _i64(buf, q + at.BASE_OFFSET_AT)
         out[i, B_POS] = q
         out[i, B_SIZE] = LOG_OVERHEAD + length
         out[i, B_BASE_OFFSET] = base
-        out[i, B_LAST_OFFSET] = base + _i32(buf, q + 23)
-        out[i, B_LEADER_EPOCH] = _i32(buf, q + 12)
-        out[i, B_MAGIC] = buf[q + 16]
-        out[i, B_CRC] = _u32(buf, q + 17)
-        out[i, B_ATTRIBUTES] = _i16(buf, q + 21)
-        out[i, B_BASE_TIMESTAMP] = _i64(buf, q + 27)
-        out[i, B_MAX_TIMESTAMP] = _i64(buf, q + 35)
-        out[i, B_PRODUCER_ID] = _i64(buf, q + 43)
-        out[i, B_PRODUCER_EPOCH] = _i16(buf, q + 51)
-        out[i, B_BASE_SEQUENCE] = _i32(buf, q + 53)
-        out[i, B_COUNT] = _i32(buf, q + 57)
+        out[i, B_LAST_OFFSET] = base + _i32(buf, q + at.LAST_OFFSET_DELTA_AT)
+        out[i, B_LEADER_EPOCH] = _i32(buf, q + at.LEADER_EPOCH_AT)
+        out[i, B_MAGIC] = buf[q + at.MAGIC_AT]
+        out[i, B_CRC] = _u32(buf, q + at.CRC_AT)
+        out[i, B_ATTRIBUTES] = _i16(buf, q + at.ATTRIBUTES_AT)
+        out[i, B_BASE_TIMESTAMP] = _i64(buf, q + at.BASE_TIMESTAMP_AT)
+        out[i, B_MAX_TIMESTAMP] = _i64(buf, q + at.MAX_TIMESTAMP_AT)
+        out[i, B_PRODUCER_ID] = _i64(buf, q + at.PRODUCER_ID_AT)
+        out[i, B_PRODUCER_EPOCH] = _i16(buf, q + at.PRODUCER_EPOCH_AT)
+        out[i, B_BASE_SEQUENCE] = _i32(buf, q + at.BASE_SEQUENCE_AT)
+        out[i, B_COUNT] = _i32(buf, q + at.RECORDS_COUNT_AT)
         q += LOG_OVERHEAD + length
     return out, p, code
 
@@ -218,7 +219,7 @@ def _varint(buf: Ptr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
 
 
 @njit(cache=True)
-def _index_one(
+def index_one(
     buf: Ptr,
     start: int,
     end: int,
@@ -390,14 +391,14 @@ def index_records_into(
         raise ValueError("index_records_into: out or hashes has fewer rows than the records")
     if out.shape[1] != RECORD_COLUMNS or hashes.shape[1] != 2:
         raise ValueError("index_records_into: out or hashes has the wrong number of columns")
-    # pointers, not arrays, go to the per-batch helper: see _data_ptr
-    buf_p = _data_ptr(buf)
-    out_p = _data_ptr(out)
-    hashes_p = _data_ptr(hashes)
+    # pointers, not arrays, go to the per-batch helper: see data_ptr
+    buf_p = data_ptr(buf)
+    out_p = data_ptr(out)
+    hashes_p = data_ptr(hashes)
     row = row0
     prev = prev_offset
     for i in range(first, stop):
-        err, pos, prev = _index_one(
+        err, pos, prev = index_one(
             buf_p,
             starts[i],
             ends[i],
@@ -510,7 +511,7 @@ def _le64(buf: Ptr, p: int) -> np.uint64:
 @njit(cache=True, nogil=True)
 def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
     """MurmurHash3 x64 128, seed 0, of ``buf[pos:pos+length]``: (h1, h2)."""
-    return _murmur3_128(_data_ptr(buf), pos, length)
+    return _murmur3_128(data_ptr(buf), pos, length)
 
 
 @njit(cache=True)
@@ -567,7 +568,7 @@ def _murmur3_128(buf: Ptr, pos: int, length: int) -> tuple[np.uint64, np.uint64]
 @njit(nogil=True, cache=True)
 def hash_keys_into(buf: Arr, records: Arr, out: Arr) -> None:
     """128-bit hash of every record's key into ``out`` (``uint64[n, 2]``; zeros for null keys)."""
-    ptr = _data_ptr(buf)
+    ptr = data_ptr(buf)
     for i in range(records.shape[0]):
         klen = records[i, R_KEY_LEN]
         if klen >= 0:
@@ -584,3 +585,8 @@ def hash_keys(buf: Arr, records: Arr) -> Arr:
     out = np.empty((records.shape[0], 2), dtype=np.uint64)
     hash_keys_into(buf, records, out)
     return out
+
+
+# The old private names, until compaction/fused.py (being edited elsewhere) imports the public ones.
+_data_ptr: Any = data_ptr
+_index_one: Any = index_one
