@@ -1,0 +1,117 @@
+"""The fused kernels probe the offset map with its own functions (``map_table``): a map they fill
+is the map ``OffsetMap.put_batch`` fills, slot for slot, and their retain rule is its rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cleanerd.compaction import fused
+from cleanerd.compaction.batches import payloads
+from cleanerd.compaction.offset_map import OffsetMap
+from cleanerd.format import kernels as k
+from cleanerd.format.builder import build_batch
+from cleanerd.format.records import Record
+
+Arr = np.ndarray[Any, Any]
+
+
+def _log(keys: list[int | None], per_batch: int) -> Arr:
+    recs = [
+        Record(i, 1000 + i, None if key is None else b"k%d" % key, b"v")
+        for i, key in enumerate(keys)
+    ]
+    data = b"".join(build_batch(recs[i : i + per_batch]) for i in range(0, len(recs), per_batch))
+    return np.frombuffer(data, dtype=np.uint8)
+
+
+def _map_records(omap: OffsetMap, arr: Arr, start: int) -> tuple[int, int, Arr, Arr, Arr]:
+    batches, _, _ = k.walk_batches(arr, 0, arr.shape[0])
+    got = payloads(arr, batches)
+    assert got is not None
+    buf, starts, ends = got
+    counts = np.ascontiguousarray(batches[:, k.B_COUNT])
+    total, top = int(counts.sum()), int(counts.max())
+    hashes = np.empty((total, 2), np.uint64)
+    offsets = np.empty(total, np.int64)
+    flags = np.empty(total, np.uint8)
+    err, records, full_record, size, _latest = fused.map_records(
+        buf,
+        starts,
+        ends,
+        np.ascontiguousarray(batches[:, k.B_BASE_OFFSET]),
+        np.ascontiguousarray(batches[:, k.B_LAST_OFFSET]),
+        np.ascontiguousarray(batches[:, k.B_BASE_TIMESTAMP]),
+        counts,
+        np.full(batches.shape[0], -1, np.int64),
+        np.empty((top, k.RECORD_COLUMNS), np.int64),
+        np.empty((top, 2), np.uint64),
+        omap.table,
+        start,
+        omap.size,
+        omap.max_entries,
+        hashes,
+        offsets,
+        flags,
+        0,
+        fused.touched_bitmap(omap),
+    )
+    assert err == k.REC_OK
+    assert records == total
+    omap.set_size(size)
+    return full_record, total, hashes, offsets, flags
+
+
+@settings(max_examples=60)
+@given(
+    keys=st.lists(st.one_of(st.none(), st.integers(0, 40)), min_size=1, max_size=120),
+    per_batch=st.integers(1, 9),
+    slots=st.integers(2, 64),
+    data=st.data(),
+)
+def test_fused_map_is_put_batch_map(
+    keys: list[int | None], per_batch: int, slots: int, data: st.DataObject
+) -> None:
+    start = data.draw(st.integers(0, len(keys)))
+    fused_map = OffsetMap(slots * 24)
+    full_record, n, hashes, offsets, flags = _map_records(fused_map, _log(keys, per_batch), start)
+
+    plain = OffsetMap(slots * 24)
+    keyed = ((flags & fused.FLAG_KEYED) != 0) & (offsets >= start)
+    nxt, full = plain.put_batch(hashes, offsets, keyed=keyed)
+    assert full == (full_record >= 0)
+    assert nxt == (full_record if full else n)
+    assert fused_map.size == plain.size
+    assert np.array_equal(fused_map.table, plain.table)
+
+    # pass 2's rule over the same map is should_retain's for keyed records in the map's range
+    latest = int(offsets[-1])
+    counts = np.array([len(keys)], np.int64)
+    keep = np.empty(n, np.bool_)
+    fused.decide_records(
+        fused_map.table,
+        False,
+        latest,
+        0,
+        hashes,
+        offsets,
+        flags,
+        np.zeros(0, np.int64),
+        np.zeros(0, np.bool_),
+        np.zeros(1, np.int64),
+        counts,
+        np.zeros(1, np.int64),
+        np.zeros(1, np.bool_),
+        np.zeros(1, np.bool_),
+        np.zeros(1, np.int64),
+        keep,
+        np.zeros(1, np.int64),
+        np.zeros(1, np.bool_),
+        -1,
+    )
+    retain = fused_map.should_retain(hashes, offsets)
+    is_keyed = (flags & fused.FLAG_KEYED) != 0
+    assert np.array_equal(keep[is_keyed], retain[is_keyed])
