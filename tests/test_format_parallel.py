@@ -16,8 +16,8 @@ import mmh3
 import numpy as np
 import pytest
 
+from cleanerd.format import indexing
 from cleanerd.format import kernels as k
-from cleanerd.format import reader
 from cleanerd.format.builder import build_batch, finish_crc
 from cleanerd.format.codecs import Compression
 from cleanerd.format.errors import CorruptRecordError
@@ -42,7 +42,7 @@ CODEC_MIXES = {
 
 @pytest.fixture(autouse=True)
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reader, "_MIN_RECORDS_PER_CHUNK", 1)
+    monkeypatch.setattr(indexing, "_MIN_RECORDS_PER_CHUNK", 1)
 
 
 def random_batches(
@@ -152,8 +152,8 @@ def test_threads_match_one_thread(mix: str, seed: int) -> None:
 
 def test_default_chunk_size_splits_large_input(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.undo()  # the real minimum chunk size
-    assert reader._MIN_RECORDS_PER_CHUNK >= 1000
-    n = 2 * reader._MIN_RECORDS_PER_CHUNK + 500
+    assert indexing._MIN_RECORDS_PER_CHUNK >= 1000
+    n = 2 * indexing._MIN_RECORDS_PER_CHUNK + 500
     recs = [Record(i, i, b"key-%d" % (i % 97), b"v" * (i % 13)) for i in range(n)]
     data = b"".join(build_batch(recs[i : i + 250]) for i in range(0, n, 250))
     one = result(data, 1)

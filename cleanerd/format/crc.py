@@ -27,8 +27,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from cleanerd.format import kernels as k
-from cleanerd.format.kernels import data_ptr
 from cleanerd.format.layout import CRC_AT, CRC_START
+from cleanerd.format.pointer import data_ptr
 
 Arr = npt.NDArray[Any]
 _I64, _I32, _I8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)

@@ -1,0 +1,171 @@
+"""``scan_batches``: a buffer's batches as one matrix, checked, with the first problem apart.
+
+Callers that print (``dump``) or salvage (recovery) keep what was valid before the problem, so
+the error is returned beside the good batches rather than raised. Public names are reached
+through ``reader``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cleanerd.format import kernels as k
+from cleanerd.format.codecs import Compression, decompress
+from cleanerd.format.crc import crc_reason, first_bad_crc_each
+from cleanerd.format.errors import CorruptRecordError
+from cleanerd.format.header import ATTR_CODEC_MASK, BatchHeader
+
+Buffer = Any  # bytes | bytearray | memoryview | mmap.mmap | np.ndarray
+I64 = npt.NDArray[np.int64]
+U8 = npt.NDArray[np.uint8]
+U64 = npt.NDArray[np.uint64]
+
+_WALK_REASONS = {
+    k.WALK_PARTIAL_HEADER: "truncated batch: fewer bytes left than a batch header",
+    k.WALK_PAST_END: "batch length field runs past the end of the data",
+    k.WALK_TOO_SMALL: "batch length field is smaller than a v2 batch header",
+    k.WALK_BAD_MAGIC: "unsupported magic byte (only v2 batches are supported)",
+}
+
+
+def as_uint8(buf: Buffer) -> U8:
+    """A ``uint8`` numpy view of any buffer, without copying (except a non-contiguous array)."""
+    if isinstance(buf, np.ndarray):
+        return np.ascontiguousarray(buf).view(np.uint8)
+    if len(buf) == 0:
+        return np.zeros(0, dtype=np.uint8)
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+@dataclass(frozen=True)
+class BatchScan:
+    """Batches found in a buffer (matrix with ``kernels.B_*`` columns) and the first problem."""
+
+    batches: I64
+    end: int  # position just after the last good batch
+    error: CorruptRecordError | None
+
+    def __len__(self) -> int:
+        return int(self.batches.shape[0])
+
+    def header(self, i: int) -> BatchHeader:
+        """The header of batch ``i`` as an object (slow path)."""
+        b = self.batches[i]
+        return BatchHeader(
+            base_offset=int(b[k.B_BASE_OFFSET]),
+            batch_length=int(b[k.B_SIZE]) - k.LOG_OVERHEAD,
+            partition_leader_epoch=int(b[k.B_LEADER_EPOCH]),
+            magic=int(b[k.B_MAGIC]),
+            crc=int(b[k.B_CRC]),
+            attributes=int(b[k.B_ATTRIBUTES]),
+            last_offset_delta=int(b[k.B_LAST_OFFSET] - b[k.B_BASE_OFFSET]),
+            base_timestamp=int(b[k.B_BASE_TIMESTAMP]),
+            max_timestamp=int(b[k.B_MAX_TIMESTAMP]),
+            producer_id=int(b[k.B_PRODUCER_ID]),
+            producer_epoch=int(b[k.B_PRODUCER_EPOCH]),
+            base_sequence=int(b[k.B_BASE_SEQUENCE]),
+            records_count=int(b[k.B_COUNT]),
+        )
+
+    def raise_error(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def scan_batches(
+    buf: Buffer,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    path: str | None = None,
+    check_crc: bool = True,
+    prev_last_offset: int = -1,
+) -> BatchScan:
+    """Walk the batches of ``buf[start:end]``; stop at the first invalid one.
+
+    Checks: header complete, length within the data, magic 2, CRC32C, last offset >= base
+    offset, and base offsets strictly above the previous batch's last offset (starting from
+    ``prev_last_offset``). Positions in the result and in the error are positions in ``buf``.
+    Raises ValueError unless ``0 <= start <= end <= len(buf)``.
+
+    To check CRCs on several threads, scan with ``check_crc=False`` and pass ``check_crc=True``
+    to ``index_batches``/``index_and_hash``: the CRC loop spends about half its time in Python
+    holding the GIL, so two CRC loops on two threads are slower than one, but one CRC loop runs
+    well next to the index kernel, which does not hold the GIL.
+    """
+    arr = as_uint8(buf)
+    size = arr.shape[0]
+    stop = size if end is None else end
+    if not 0 <= start <= stop <= size:
+        raise ValueError(
+            f"scan bounds start={start}, end={end} are outside the {size}-byte buffer"
+            " (need 0 <= start <= end <= len(buf))"
+        )
+    batches, walk_end, code = k.walk_batches(arr, start, stop)
+    n = batches.shape[0]
+    bad = n  # index of the first invalid batch among the walked ones
+    reason = ""
+    deltas_ok = batches[:, k.B_LAST_OFFSET] >= batches[:, k.B_BASE_OFFSET]
+    prev = np.empty(n, dtype=np.int64)
+    if n:
+        prev[0] = prev_last_offset
+        prev[1:] = batches[:-1, k.B_LAST_OFFSET]
+    order_ok = batches[:, k.B_BASE_OFFSET] > prev
+    attrs_ok = (batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK) <= 4
+    ok = deltas_ok & order_ok & attrs_ok
+    if not ok.all():
+        bad = int(np.argmin(ok))
+        if not deltas_ok[bad]:
+            reason = "batch last offset delta is negative"
+        elif not order_ok[bad]:
+            reason = (
+                f"offsets not increasing: batch base offset {int(batches[bad, k.B_BASE_OFFSET])}"
+                f" follows offset {int(prev[bad])}"
+            )
+        else:
+            codec = int(batches[bad, k.B_ATTRIBUTES]) & ATTR_CODEC_MASK
+            reason = f"unknown compression codec id {codec}"
+    if check_crc:
+        crc_bad = first_bad_crc_each(arr, batches, 0, bad, release_gil=False)
+        if crc_bad >= 0:
+            bad = crc_bad
+            reason = crc_reason(arr, batches, bad)
+    error = None
+    if bad < n:
+        good = batches[:bad]
+        position = int(batches[bad, k.B_POS])
+        error = CorruptRecordError(
+            reason,
+            path=path,
+            position=position,
+            last_good_offset=_last_offset(good, prev_last_offset),
+        )
+        return BatchScan(good, position, error)
+    if code != k.WALK_OK:
+        error = CorruptRecordError(
+            _WALK_REASONS[code],
+            path=path,
+            position=int(walk_end),
+            last_good_offset=_last_offset(batches, prev_last_offset),
+        )
+    return BatchScan(batches, int(walk_end), error)
+
+
+def _last_offset(batches: I64, default: int) -> int:
+    return int(batches[-1, k.B_LAST_OFFSET]) if batches.shape[0] else default
+
+
+def batch_payload(arr: U8, row: npt.NDArray[np.int64]) -> bytes | memoryview:
+    """The uncompressed record bytes of one batch (a view when the batch is uncompressed)."""
+    pos = int(row[k.B_POS])
+    data = arr.data[pos + k.HEADER_SIZE : pos + int(row[k.B_SIZE])]
+    codec = Compression(int(row[k.B_ATTRIBUTES]) & ATTR_CODEC_MASK)
+    if codec == Compression.NONE:
+        return data
+    if int(row[k.B_COUNT]) == 0:
+        return b""  # Kafka never decompresses a batch with no records (DefaultRecordBatch.iterator)
+    return decompress(codec, bytes(data))
