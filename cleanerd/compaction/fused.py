@@ -1,7 +1,7 @@
 """Fused numba kernels for the cleaner's hot paths: one call per chunk, no per-record numpy.
 
 * ``map_records`` (pass 1, offset strategy): indexes every record of a chunk's data batches with
-  the format's own record parser (``kernels._index_one``, so validation is exactly the reader's),
+  the format's own record parser (``kernels.index_one``, so validation is exactly the reader's),
   hashes each key as it is parsed, puts the keyed records of the dirty range into the offset map
   (Kafka's full rule, as ``OffsetMap.put_batch``) and writes what pass 2 needs of each record
   (hash, offset, flags) into the record cache. The record matrix is never materialised: each
@@ -10,7 +10,7 @@
   looked at (the map's verdict, the delete horizon of tombstones, records beyond the map's range
   and control records kept) and per batch the kept count and whether a tombstone was kept.
 
-Both reach ``OffsetMap.table`` through a raw pointer (``kernels._data_ptr``): a numba helper
+Both reach ``OffsetMap.table`` through a raw pointer (``kernels.data_ptr``): a numba helper
 that takes an array pays an atomic incref/decref per call, which at one probe per record costs
 more than the probe. They probe it with ``map_table``'s functions, the ones ``OffsetMap`` uses,
 so a map filled here answers ``OffsetMap.get`` and ``should_retain`` exactly as if
