@@ -145,7 +145,4 @@ __all__ = [  # noqa: RUF022
     "walk_batches",
 ]
 
-# The old private names, until compaction/fused.py (being edited elsewhere) imports the public ones.
-_data_ptr: Any = data_ptr
-_index_one: Any = index_one
 _varint: Any = _record_varint  # the tests check the varint reader directly
