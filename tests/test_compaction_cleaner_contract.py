@@ -15,14 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
-from cleanerd.compaction import batches as batches_mod
-from cleanerd.compaction import crc as crc_mod
 from cleanerd.compaction import writer as writer_mod
 from cleanerd.compaction.cleaner import Cleaner, segment_sizes
 from cleanerd.compaction.grouping import group_segments
 from cleanerd.compaction.rebuild import NO_HORIZON, rebuild_batches
 from cleanerd.compaction.strategy import Strategy, StrategyConfig
 from cleanerd.compaction.throttle import Throttler
+from cleanerd.format import crc as crc_mod
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch
 from cleanerd.format.codecs import Compression
@@ -30,6 +29,7 @@ from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_DELETE_HORIZON
 from cleanerd.format.reader import index_batches, records_from_index, scan_batches
 from cleanerd.format.records import Record
+from cleanerd.storage import chunks as chunks_mod
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     read_offset_checkpoint,
@@ -202,7 +202,7 @@ def test_small_chunks_write_the_same_log(tmp_path: Path, monkeypatch: pytest.Mon
 
     big = build(tmp_path / "a")
     clean_until_done(big, offset_map(16), OFFSET, compacted_config(), LARGE_TS)
-    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", 150)
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 150)
     monkeypatch.setattr(writer_mod, "APPEND_BYTES", 100)
     small = build(tmp_path / "b")
     clean_until_done(small, offset_map(16), OFFSET, compacted_config(), LARGE_TS)
@@ -418,7 +418,7 @@ def test_rebuild_kernel_writes_what_the_builder_writes(
 # --- Kafka tests 17 to 20: large and corrupt messages ---------------------------------------------
 def test_large_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Kafka test 17: a batch far larger than a chunk is read on its own (no buffer limit)."""
-    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", 1024)
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 1024)
     log = new_log(tmp_path, max_message_bytes=1024)  # test 18: the topic limit is not enforced
     big = b"x" * (1 << 20)
     log.append([Record(0, 0, b"a", big)])
@@ -465,7 +465,7 @@ def test_record_cache_changes_nothing_but_the_work(
 ) -> None:
     """Pass 2 decides the batches pass 1 cached without reading them; whatever the cache holds
     (nothing, some chunks, all), the cleaned log is the same."""
-    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", 1500)
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 1500)
 
     def run(d: Path, cache: int) -> tuple[list[bytes], Any]:
         log = new_log(d, segment_bytes=3000)

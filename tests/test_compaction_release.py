@@ -1,4 +1,4 @@
-"""``batches.release``: a pass drops the mapped pages it is done with (resident memory stays
+"""``storage.chunks.release``: a pass drops the mapped pages it is done with (resident memory stays
 about one chunk per segment however large the segment)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cleanerd.compaction import batches as batches_mod
-from cleanerd.compaction.batches import iter_chunks, release
 from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint
 from cleanerd.format.builder import build_batch
 from cleanerd.format.records import Record
+from cleanerd.storage import chunks as chunks_mod
+from cleanerd.storage.chunks import iter_chunks, release
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 
@@ -71,7 +71,7 @@ def test_release_drops_the_pages_of_a_range(segment: Path) -> None:
 def test_iter_chunks_keeps_about_one_chunk_resident(
     segment: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", 40_000)
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 40_000)
     arr = _mapped(segment)
     peak = 0
     for _ in iter_chunks(arr, path=str(segment), prev_last_offset=-1):
@@ -94,7 +94,7 @@ def test_planning_leaves_about_one_chunk_of_the_segment_resident(
     """The plan's producer-state walk goes through the segment's kept map (the clean reuses
     it) a chunk at a time: the pages behind it are released, so planning a big segment does
     not leave it resident."""
-    monkeypatch.setattr(batches_mod, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 64 << 10)
     log = PartitionLog.create(tmp_path / "t-0", LogConfig())
     for i in range(300):
         log.append([Record(0, 0, b"k%d" % (i % 7), bytes(8000))])

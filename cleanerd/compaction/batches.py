@@ -1,25 +1,20 @@
-"""Reading segments for the cleaner: chunks of batches, control types, transaction verdicts.
+"""What the cleaner reads from a chunk of batches: payloads, control types, transaction verdicts.
 
-Both passes walk a segment in chunks of whole batches (``CHUNK_BYTES`` of batch bytes at a time),
-so memory stays bounded however large a segment is, and ``abort_check`` and the throttler run
-between chunks. Python sees one chunk at a time as a batch matrix (``kernels.B_*`` columns); the
-per-batch Python work is limited to transactional and control batches, whose verdicts depend on
-the order of the transaction state machine.
+Both passes walk a segment in chunks of whole batches (``storage.chunks``), so memory stays
+bounded however large a segment is, and ``abort_check`` and the throttler run between chunks.
+Python sees one chunk at a time as a batch matrix (``kernels.B_*`` columns); the per-batch
+Python work is limited to transactional and control batches, whose verdicts depend on the order
+of the transaction state machine.
 """
 
 from __future__ import annotations
 
-import ctypes
-import mmap
-import sys
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import cast
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from cleanerd.compaction import crc
 from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
@@ -28,15 +23,12 @@ from cleanerd.format.codecs import DECOMPRESS_ERRORS, Compression, decompressor
 from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_TRANSACTIONAL
-from cleanerd.format.reader import I64, U8, U64, BatchScan, index_batches, scan_batches
+from cleanerd.format.reader import I64, U8, U64, index_batches
+from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
-from cleanerd.storage.txnindex import AbortedTxn
 
 Bools = npt.NDArray[np.bool_]
-
-CHUNK_BYTES = 4 << 20
-"""Batch bytes handled per step of a pass; a batch larger than this is one chunk on its own."""
 
 
 def index_and_hash(arr: U8, batches: I64, path: str) -> tuple[U8, I64, U64]:
@@ -111,117 +103,6 @@ def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
     return buf, out_starts, out_ends
 
 
-def iter_chunks(
-    arr: U8,
-    *,
-    path: str,
-    start: int = 0,
-    prev_last_offset: int = -1,
-    check_crc: bool = True,
-    chunk_bytes: int | None = None,
-    strict: bool = True,
-) -> Iterator[I64]:
-    """Batch matrices of consecutive chunks of ``arr[start:]``; raises at the first bad batch.
-
-    Every batch is checked as ``scan_batches`` checks it (lengths, magic, CRC, rising offsets),
-    and a truncated last batch is an error: the cleaner only reads inactive segments. Once the
-    caller asks for the next chunk, the pages of the previous ones are released (``release``):
-    it must not keep views into them. With ``strict=False`` the walk ends quietly at the first
-    problem (a writer may be appending to the active segment).
-    """
-    size = int(arr.shape[0])
-    step = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
-    pos = start
-    prev = prev_last_offset
-    while pos < size:
-        end = min(size, pos + step)
-        scan = _scan(arr, pos, end, path, check_crc, prev)
-        if len(scan) == 0 and end < size:
-            # one batch larger than the chunk, or a real problem: scan exactly that batch
-            whole = _batch_extent(arr, pos, size)
-            scan = _scan(arr, pos, whole, path, check_crc, prev)
-        if len(scan):
-            yield scan.batches
-            prev = int(scan.batches[-1, k.B_LAST_OFFSET])
-            release(arr, pos, scan.end)  # the caller is done with this chunk's bytes
-            pos = scan.end
-        if len(scan) == 0 or (scan.error is not None and end >= size):
-            if not strict:
-                return
-            scan.raise_error()
-            if len(scan) == 0:  # pragma: no cover - scan_batches always reports why
-                raise CorruptRecordError("no batch found", path=path, position=pos)
-
-
-def _scan(arr: U8, start: int, end: int, path: str, check_crc: bool, prev: int) -> BatchScan:
-    """``scan_batches``, with the CRC32C check done by ``crc.first_bad_crc`` where it can be.
-
-    The walk runs without CRCs; if every CRC of the batches it found matches, that is the
-    result ``scan_batches`` gives with CRCs. On a mismatch the scan is redone with the reader's
-    own check, which finds the same batch and words the error.
-    """
-    fast = check_crc and crc.AVAILABLE
-    scan = scan_batches(
-        arr,
-        start=start,
-        end=end,
-        path=path,
-        check_crc=check_crc and not fast,
-        prev_last_offset=prev,
-    )
-    if fast and len(scan) and crc.first_bad_crc(arr, scan.batches) >= 0:
-        scan = scan_batches(
-            arr, start=start, end=end, path=path, check_crc=True, prev_last_offset=prev
-        )
-    return scan
-
-
-def release(arr: U8, start: int, end: int) -> None:
-    """Drop the pages of ``arr[start:end]`` from this process if ``arr`` maps a file.
-
-    Only the process's mapping goes (the page cache keeps the data; a later read faults it back
-    in), so resident memory stays at about one chunk per segment however large it is. The call
-    goes through ctypes where it can, which lets go of the GIL (``mmap.madvise`` holds it while
-    the kernel tears the page tables down, a tenth of a worker's GIL time).
-    """
-    base = arr.base.obj if isinstance(arr.base, memoryview) else arr.base
-    if not isinstance(base, mmap.mmap):
-        return
-    page = mmap.PAGESIZE
-    lo = start - start % page
-    hi = end - end % page
-    if hi <= lo:
-        return
-    if _madvise is not None and arr.size and arr.ctypes.data % page == 0:
-        _madvise(arr.ctypes.data + lo, hi - lo, mmap.MADV_DONTNEED)
-    else:
-        base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
-
-
-def _libc_madvise() -> Callable[[int, int, int], int] | None:
-    """libc's ``madvise`` through ctypes (which releases the GIL), or None off Linux."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    fn.restype = ctypes.c_int
-    return cast(Callable[[int, int, int], int], fn)
-
-
-_madvise = _libc_madvise()
-
-
-def _batch_extent(arr: U8, pos: int, size: int) -> int:
-    """End of the batch at ``pos`` by its length field, capped at ``size``."""
-    if pos + k.LOG_OVERHEAD > size:
-        return size
-    length = int.from_bytes(arr[pos + 8 : pos + 12].tobytes(), "big", signed=True)
-    return min(size, pos + k.LOG_OVERHEAD + max(length, 0))
-
-
 def control_types(
     arr: U8, batches: I64, rows: npt.NDArray[np.intp], path: str
 ) -> dict[int, ControlType]:
@@ -291,22 +172,6 @@ def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | N
     except CorruptRecordError as exc:
         if not exc.is_truncation:
             raise
-
-
-def collect_aborted(
-    segments: Sequence[LogSegment], start_offset: int, upper_bound: int
-) -> list[AbortedTxn]:
-    """Kafka's ``collectAbortedTransactions``: from the segment holding ``start_offset`` on,
-    the aborted txns overlapping [start, upper), until an entry's LSO shows the search is done."""
-    bases = [s.base_offset for s in segments]
-    first = max(int(np.searchsorted(bases, start_offset, side="right")) - 1, 0)
-    found: list[AbortedTxn] = []
-    for seg in segments[first:]:
-        txns, complete = seg.txn_index.collect_aborted(start_offset, upper_bound)
-        found.extend(txns)
-        if complete:
-            break
-    return found
 
 
 def segments_between(

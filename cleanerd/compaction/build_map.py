@@ -30,13 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction import fused
-from cleanerd.compaction.batches import (
-    collect_aborted,
-    index_and_hash,
-    iter_chunks,
-    payloads,
-    transaction_verdicts,
-)
+from cleanerd.compaction.batches import index_and_hash, payloads, transaction_verdicts
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.stats import CleanerStats
@@ -45,6 +39,8 @@ from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
 from cleanerd.format.header import ATTR_TIMESTAMP_TYPE
 from cleanerd.format.reader import I64, U8
+from cleanerd.storage.aborted import collect_aborted
+from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.segment import LogSegment
 
 Arr = npt.NDArray[Any]

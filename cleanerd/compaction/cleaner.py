@@ -41,14 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cleanerd.compaction import batches as batches_mod
-from cleanerd.compaction.batches import (
-    collect_aborted,
-    fold_producers,
-    iter_chunks,
-    release,
-    segments_between,
-)
+from cleanerd.compaction.batches import fold_producers, segments_between
 from cleanerd.compaction.build_map import build_offset_map, update_from_clean_prefix
 from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable, decide_chunk
 from cleanerd.compaction.fused import Arr, touched_bitmap
@@ -67,7 +60,10 @@ from cleanerd.compaction.transactions import (
 from cleanerd.compaction.writer import CleanedSegmentWriter
 from cleanerd.format import kernels as k
 from cleanerd.format.reader import I64, U8
+from cleanerd.storage import chunks as chunks_mod
+from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
+from cleanerd.storage.chunks import iter_chunks, release
 from cleanerd.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_file
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
@@ -336,7 +332,7 @@ def _chunks(
     cached = cache.chunks(id(seg)) if cache is not None else None
     if cached is not None:
         # nothing is read to decide these: take several of pass 1's chunks at a time
-        step = batches_mod.CHUNK_BYTES * CACHED_CHUNKS
+        step = chunks_mod.CHUNK_BYTES * CACHED_CHUNKS
         i = 0
         while i < len(cached):
             j, size = i, 0
