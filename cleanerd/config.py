@@ -20,22 +20,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
 from pydantic import field_validator as validates
 
-from cleanerd.compaction.topic_config import InvalidTopicConfigError, parse_cleanup_policy
-from cleanerd.compaction.topic_settings import KNOWN_SETTINGS, TopicSettings
+from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.config_sources import (
-    BROKER_TOPIC_DEFAULTS,
     DAEMON_DEFAULTS,
     DEFAULT,
-    UNUSED_TOPIC_SETTINGS,
     Sourced,
-    Tables,
     env_name,
     join_listen,
     parse_listen,
     read_sources,
-    suggest,
-    topic_key,
 )
+from cleanerd.config_topics import Problem, TopicValue, check_topics, effective_topics
 
 __all__ = [
     "RESTART_SETTINGS",
@@ -76,7 +71,6 @@ class ConfigError(Exception):
 
 
 Count = Annotated[int, Field(ge=0)]
-TopicValue = str | int | float | bool
 
 
 class CleanerdConfig(BaseModel):
@@ -213,7 +207,10 @@ class LoadedConfig:
 
     def values(self) -> dict[str, object]:
         """Every flat setting's effective value, daemon settings first, then per-topic ones."""
-        return {**_daemon_values(self.config), **_effective_topics(self.config)}
+        return {
+            **_daemon_values(self.config),
+            **effective_topics(self.config.topic_defaults, self.config.topics),
+        }
 
     def show(self) -> list[tuple[str, str, str]]:
         """(name, value text, source) rows for ``config show``; the admin token is masked."""
@@ -264,7 +261,9 @@ def load_config(
     )
     problems = [ConfigProblem(*p) for p in findings.problems]
     notes = list(findings.notes)
-    topic_defaults, topics, topic_origins = _check_topics(values, tables, problems, notes)
+    topic_problems: list[Problem] = []
+    topic_defaults, topics, topic_origins = check_topics(values, tables, topic_problems, notes)
+    problems.extend(ConfigProblem(*p) for p in topic_problems)
     data: dict[str, object] = {"topic_defaults": topic_defaults, "topics": topics}
     origins: dict[str, str] = {}
     for name in DAEMON_DEFAULTS:
@@ -285,109 +284,6 @@ def load_config(
     if problems or config is None:
         raise ConfigError(tuple(problems))
     return LoadedConfig(config, {**origins, **topic_origins}, tuple(notes))
-
-
-Entry = tuple[str, Sourced]  # (name in messages, value with its source)
-
-
-def _check_topics(
-    values: Mapping[str, Sourced], tables: Tables, problems: list[ConfigProblem], notes: list[str]
-) -> tuple[dict[str, TopicValue], list[tuple[str, dict[str, TopicValue]]], dict[str, str]]:
-    """Broker defaults of topic settings, then each ``[topics."glob"]`` over them, validated by
-    ``TopicSettings.from_kafka``: each setting alone, then the table as a whole (cross rules)."""
-    origins: dict[str, str] = {}
-    broker: dict[str, Entry] = {}
-    for name, (topic_name, _default) in BROKER_TOPIC_DEFAULTS.items():
-        origins[name] = values[name].source
-        broker[topic_name] = (name, values[name])
-    defaults = _check_table(broker, {}, broker, problems)
-    topics = []
-    for glob, table in tables.items():
-        entries: dict[str, Entry] = {}
-        for name, given in table.items():
-            key = topic_key(glob, name)
-            origins[key] = given.source
-            if name in KNOWN_SETTINGS:
-                entries[name] = (key, given)
-            elif name in UNUSED_TOPIC_SETTINGS:
-                notes.append(f"{key} ({given.source}): not used by the cleaner; ignored")
-            else:
-                problems.append(
-                    ConfigProblem(key, given.value, given.source, suggest(name, KNOWN_SETTINGS))
-                )
-        inherited = {n: (topic_key(glob, n), s) for n, (_, s) in broker.items()}
-        topics.append((glob, _check_table(entries, defaults, inherited, problems)))
-    return defaults, topics, origins
-
-
-def _check_table(
-    entries: Mapping[str, Entry],
-    base: Mapping[str, TopicValue],
-    inherited: Mapping[str, Entry],
-    problems: list[ConfigProblem],
-) -> dict[str, TopicValue]:
-    """The valid entries, normalised; a problem for each invalid one and for a conflict."""
-    out: dict[str, TopicValue] = {}
-    for name, (key, given) in entries.items():
-        value = given.value
-        if isinstance(value, list):  # cleanup.policy = ["compact", "delete"]
-            value = ",".join(str(v) for v in value)
-        if not isinstance(value, str | int | float | bool):
-            problems.append(ConfigProblem(key, value, given.source, "must be a string or a number"))
-            continue
-        try:
-            TopicSettings.from_kafka({name: value})
-        except ValueError as e:
-            problems.append(ConfigProblem(key, given.value, given.source, _rule(e, name)))
-            continue
-        out[name] = _normal(name, value)
-    if out:  # the valid ones together: what fails now is a cross rule (min lag <= max lag)
-        try:
-            TopicSettings.from_kafka({**base, **out})
-        except ValueError as e:
-            setting = getattr(e, "setting", "")
-            key, given = entries.get(setting) or inherited[setting]
-            problems.append(ConfigProblem(key, given.value, given.source, _rule(e, setting)))
-    return out
-
-
-def _rule(error: ValueError, name: str) -> str:
-    """The rule part of an engine error (``name = value: rule`` or ``name: rule``)."""
-    if isinstance(error, InvalidTopicConfigError):
-        return error.rule
-    text = str(error)
-    if text.startswith(name):
-        return text[len(name) :].lstrip(" =").partition(": ")[2] or text
-    return text
-
-
-def _normal(name: str, value: TopicValue) -> TopicValue:
-    """One spelling per value, so a reload that only re-spells a value changes nothing."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if name == "cleanup.policy":
-        compact, delete = parse_cleanup_policy(text)
-        return ",".join(p for p, on in (("compact", compact), ("delete", delete)) if on)
-    if name == "compaction.strategy":
-        return text.lower()
-    if name == "compaction.strategy.header":
-        return value
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
-def _effective_topics(config: CleanerdConfig) -> dict[str, object]:
-    out: dict[str, object] = {
-        name: config.topic_defaults[topic] for name, (topic, _) in BROKER_TOPIC_DEFAULTS.items()
-    }
-    for glob, table in config.topics:
-        out.update({topic_key(glob, name): value for name, value in table.items()})
-    return out
 
 
 _RULES: dict[str, Callable[[Mapping[str, Any]], str]] = {

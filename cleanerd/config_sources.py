@@ -22,7 +22,7 @@ from pydantic import Field
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-LONG_MAX = 2**63 - 1
+from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS
 
 DAEMON_DEFAULTS: dict[str, object] = {
     "log.dirs": "./data",
@@ -46,26 +46,6 @@ DAEMON_DEFAULTS: dict[str, object] = {
 }
 """Daemon settings and their defaults, as they would be written in a file."""
 
-BROKER_TOPIC_DEFAULTS: dict[str, tuple[str, object]] = {
-    "log.cleanup.policy": ("cleanup.policy", "delete"),
-    "log.cleaner.min.cleanable.ratio": ("min.cleanable.dirty.ratio", 0.5),
-    "log.cleaner.delete.retention.ms": ("delete.retention.ms", 86_400_000),
-    "log.cleaner.min.compaction.lag.ms": ("min.compaction.lag.ms", 0),
-    "log.cleaner.max.compaction.lag.ms": ("max.compaction.lag.ms", LONG_MAX),
-    "log.segment.bytes": ("segment.bytes", 1_073_741_824),
-    "log.roll.ms": ("segment.ms", 604_800_000),
-    "log.roll.jitter.ms": ("segment.jitter.ms", 0),
-    "log.index.size.max.bytes": ("segment.index.bytes", 10_485_760),
-    "log.index.interval.bytes": ("index.interval.bytes", 4096),
-    "message.max.bytes": ("max.message.bytes", 1_048_588),
-    "log.retention.ms": ("retention.ms", 604_800_000),
-    "log.retention.bytes": ("retention.bytes", -1),
-    "log.cleaner.compaction.strategy": ("compaction.strategy", "offset"),
-    "log.cleaner.compaction.strategy.header": ("compaction.strategy.header", ""),
-    "producer.id.expiration.ms": ("producer.id.expiration.ms", 86_400_000),
-}
-"""Broker settings that default a topic setting: broker name -> (topic name, Kafka's default)."""
-
 TIME_SYNONYMS: dict[str, tuple[str, int]] = {
     "log.roll.hours": ("log.roll.ms", 3_600_000),
     "log.roll.jitter.hours": ("log.roll.jitter.ms", 3_600_000),
@@ -81,19 +61,6 @@ KNOWN = frozenset((*SETTINGS, *TIME_SYNONYMS, *ALIASES))
 IGNORED_ENV = frozenset({"CLEANERD_FIXTURES"})  # the test suite's, not a setting
 TOPICS = "topics"
 
-UNUSED_TOPIC_SETTINGS = frozenset(
-    (
-        *("compression.type", "compression.gzip.level", "compression.lz4.level"),
-        *("compression.zstd.level", "file.delete.delay.ms", "flush.messages", "flush.ms"),
-        *("follower.replication.throttled.replicas", "leader.replication.throttled.replicas"),
-        *("local.retention.bytes", "local.retention.ms", "message.downconversion.enable"),
-        *("message.format.version", "message.timestamp.after.max.ms", "min.insync.replicas"),
-        *("message.timestamp.before.max.ms", "message.timestamp.difference.max.ms"),
-        *("message.timestamp.type", "preallocate", "remote.storage.enable"),
-        "unclean.leader.election.enable",
-    )
-)
-"""Kafka topic settings the cleaner has no use for: a note, not an error, in a topic table."""
 DEFAULT = "default"
 COMMAND_LINE = "command line"
 

@@ -19,12 +19,12 @@ from cleanerd.config import (
     load_config,
 )
 from cleanerd.config_sources import (
-    BROKER_TOPIC_DEFAULTS,
     DAEMON_DEFAULTS,
     env_name,
     parse_listen,
     parse_properties,
 )
+from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config" / "cleanerd.toml"

@@ -20,8 +20,9 @@ from rich.table import Table
 from cleanerd.cli.options import format_option
 from cleanerd.cli.tables import table_console
 from cleanerd.config import ConfigError, LoadedConfig, load_config
-from cleanerd.config_sources import BROKER_TOPIC_DEFAULTS, topic_key
+from cleanerd.config_sources import topic_key
 from cleanerd.config_warnings import config_warnings
+from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INVALID = 2

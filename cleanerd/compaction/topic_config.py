@@ -12,65 +12,28 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-LONG_MAX = 2**63 - 1
-INT_MAX = 2**31 - 1
-COMPACT = "compact"
-DELETE = "delete"
+from cleanerd.topic_catalog import (
+    COMPACT,
+    DELETE,
+    INT_MAX,
+    LONG_MAX,
+    InvalidTopicConfigError,
+    double_default,
+    long_default,
+    parse_cleanup_policy,
+    parse_double,
+    parse_long,
+)
 
-
-class InvalidTopicConfigError(ValueError):
-    """A topic setting Kafka would refuse; ``setting`` is its Kafka name."""
-
-    def __init__(self, setting: str, value: object, rule: str) -> None:
-        super().__init__(f"{setting} = {value!r}: {rule}")
-        self.setting = setting
-        self.value = value
-        self.rule = rule
-
-
-def parse_cleanup_policy(value: str) -> tuple[bool, bool]:
-    """(compact, delete) from Kafka's comma-separated ``cleanup.policy`` list.
-
-    Kafka checks the entries case-insensitively against ``compact`` and ``delete``; an empty list
-    passes its validator, so it is accepted here too (neither flag set).
-    """
-    compact = delete = False
-    for raw in value.split(","):
-        item = raw.strip().lower()
-        if item == COMPACT:
-            compact = True
-        elif item == DELETE:
-            delete = True
-        elif item:
-            raise InvalidTopicConfigError(
-                "cleanup.policy", value, f"{raw.strip()!r} is not one of 'compact', 'delete'"
-            )
-    return compact, delete
-
-
-def _long(setting: str, value: object) -> int:
-    """A Java long (or int, for the settings Kafka defines as INT) as Kafka parses it from a
-    properties file or a typed value."""
-    top, kind = (INT_MAX, "a Java int") if setting in _INT_SETTINGS else (LONG_MAX, "a Java long")
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise InvalidTopicConfigError(setting, value, f"must be an integer ({kind})")
-    try:
-        number = int(value.strip()) if isinstance(value, str) else value
-    except ValueError:
-        raise InvalidTopicConfigError(setting, value, f"must be an integer ({kind})") from None
-    if not -top - 1 <= number <= top:
-        raise InvalidTopicConfigError(setting, value, f"does not fit {kind}")
-    return number
-
-
-def _double(setting: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise InvalidTopicConfigError(setting, value, "must be a number")
-    try:
-        return float(value)
-    except ValueError:
-        raise InvalidTopicConfigError(setting, value, "must be a number") from None
-
+__all__ = [
+    "COMPACT",
+    "DELETE",
+    "INT_MAX",
+    "LONG_MAX",
+    "InvalidTopicConfigError",
+    "TopicCleanerConfig",
+    "parse_cleanup_policy",
+]
 
 _LONG_SETTINGS = {
     "min.compaction.lag.ms": "min_compaction_lag_ms",
@@ -78,10 +41,9 @@ _LONG_SETTINGS = {
     "delete.retention.ms": "delete_retention_ms",
     "producer.id.expiration.ms": "producer_id_expiration_ms",
 }
-_INT_SETTINGS = frozenset({"producer.id.expiration.ms"})
-"""Kafka defines these as INT: read by their Kafka name they must fit a Java int, as Kafka
-refuses more. The field itself takes any long, so tests (and tools) can switch expiration off as
-Kafka's own cleaner tests do by never running the expiration check."""
+# producer.id.expiration.ms must fit a Java int when read by its Kafka name (``INT_SETTINGS``);
+# the field itself takes any long, so tests (and tools) can switch expiration off as Kafka's own
+# cleaner tests do by never running the expiration check.
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +58,11 @@ class TopicCleanerConfig:
 
     compact: bool = False  # cleanup.policy contains "compact"
     delete: bool = True  # cleanup.policy contains "delete"
-    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
-    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
-    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
-    delete_retention_ms: int = 86_400_000  # delete.retention.ms
-    producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms (broker setting)
+    min_cleanable_dirty_ratio: float = double_default("min.cleanable.dirty.ratio")
+    min_compaction_lag_ms: int = long_default("min.compaction.lag.ms")
+    max_compaction_lag_ms: int = long_default("max.compaction.lag.ms")
+    delete_retention_ms: int = long_default("delete.retention.ms")
+    producer_id_expiration_ms: int = long_default("producer.id.expiration.ms")
 
     def __post_init__(self) -> None:
         ratio = self.min_cleanable_dirty_ratio
@@ -156,7 +118,7 @@ class TopicCleanerConfig:
                     raise InvalidTopicConfigError(name, raw, "must be a comma-separated list")
                 values["compact"], values["delete"] = parse_cleanup_policy(raw)
             elif name == "min.cleanable.dirty.ratio":
-                values["min_cleanable_dirty_ratio"] = _double(name, raw)
+                values["min_cleanable_dirty_ratio"] = parse_double(name, raw)
             elif name in _LONG_SETTINGS:
-                values[_LONG_SETTINGS[name]] = _long(name, raw)
+                values[_LONG_SETTINGS[name]] = parse_long(name, raw)
         return cls(**values)

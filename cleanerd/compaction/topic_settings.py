@@ -14,6 +14,9 @@ from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.retention import RetentionConfig
+from cleanerd.topic_catalog import KNOWN_SETTINGS
+
+__all__ = ["KNOWN_SETTINGS", "TopicSettings"]
 
 _LOG_SETTINGS = {
     "segment.bytes": "segment_bytes",
@@ -23,12 +26,7 @@ _LOG_SETTINGS = {
     "index.interval.bytes": "index_interval_bytes",
     "max.message.bytes": "max_message_bytes",
 }
-_CLEANER_SETTINGS = """cleanup.policy delete.retention.ms min.cleanable.dirty.ratio
-    min.compaction.lag.ms max.compaction.lag.ms compaction.strategy compaction.strategy.header
-    producer.id.expiration.ms"""
 _RETENTION_SETTINGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
-KNOWN_SETTINGS = frozenset((*_CLEANER_SETTINGS.split(), *_LOG_SETTINGS, *_RETENTION_SETTINGS))
-"""The Kafka topic settings the cleaner uses; others in a config file are reported and ignored."""
 
 
 @dataclass(frozen=True)

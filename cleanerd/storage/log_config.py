@@ -8,21 +8,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-LONG_MAX = 2**63 - 1
+from cleanerd.topic_catalog import long_default
 
 
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """Kafka topic settings that shape segments; names are Kafka's with dots as underscores."""
 
-    segment_bytes: int = 1073741824  # segment.bytes
-    segment_ms: int = 604800000  # segment.ms
-    segment_jitter_ms: int = 0  # segment.jitter.ms
-    segment_index_bytes: int = 10485760  # segment.index.bytes
-    index_interval_bytes: int = 4096  # index.interval.bytes
-    max_message_bytes: int = 1048588  # max.message.bytes
+    segment_bytes: int = long_default("segment.bytes")
+    segment_ms: int = long_default("segment.ms")
+    segment_jitter_ms: int = long_default("segment.jitter.ms")
+    segment_index_bytes: int = long_default("segment.index.bytes")
+    index_interval_bytes: int = long_default("index.interval.bytes")
+    max_message_bytes: int = long_default("max.message.bytes")
     compact: bool = False  # cleanup.policy contains "compact"
-    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    max_compaction_lag_ms: int = long_default("max.compaction.lag.ms")
 
     def __post_init__(self) -> None:
         checks = (

@@ -23,8 +23,9 @@ from cleanerd.storage.leader_epoch import LeaderEpochCache
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_times import largest_timestamp_ms
+from cleanerd.topic_catalog import long_default
 
-DEFAULT_RETENTION_MS = 604_800_000  # log.retention.hours = 168
+DEFAULT_RETENTION_MS = long_default("retention.ms")  # log.retention.hours = 168
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class RetentionConfig:
     """``retention.ms`` and ``retention.bytes``; a negative value means unlimited."""
 
     retention_ms: int = DEFAULT_RETENTION_MS
-    retention_bytes: int = -1
+    retention_bytes: int = long_default("retention.bytes")
 
     def __post_init__(self) -> None:
         for name, value in (
