@@ -3,14 +3,15 @@
 The config tree (defaults, ``[topics."glob"]`` tables, ``config show``), the engine's topic
 values (``compaction.topic_config``, ``compaction.topic_settings``) and storage's defaults all
 read the same list, so a default or a synonym cannot differ between them. It sits below all of
-them (it imports nothing from cleanerd), with the parsing rules Kafka applies to the values.
+them (it imports only format/limits.py), with the parsing rules Kafka applies to the values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-LONG_MAX = 2**63 - 1
+from cleanerd.format.limits import LONG_MAX as LONG_MAX  # noqa: PLC0414 (re-exported)
+
 INT_MAX = 2**31 - 1
 COMPACT = "compact"
 DELETE = "delete"
