@@ -15,6 +15,8 @@ import contextlib
 import os
 from pathlib import Path
 
+from cleanerd.storage.checkpoints import atomic_write
+from cleanerd.storage.errors import StorageError
 from cleanerd.storage.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
 
 Fingerprint = dict[str, tuple[int, int, int]]
@@ -74,13 +76,11 @@ class Repairs:
 
     def _restore(self, name: str) -> None:
         path = self.directory / name
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, StorageError):
             if name not in self.indexes:
                 if name.endswith((*_INDEXES, ".tmp")):
                     path.unlink(missing_ok=True)  # made by a repair
                 return
-            tmp = path.with_name(name + ".restore")
-            tmp.write_bytes(self.indexes[name])
-            st = self.before[name]
-            os.utime(tmp, ns=(st[2], st[2]))
-            os.replace(tmp, path)
+            atomic_write(path, self.indexes[name])
+            mtime = self.before[name][2]
+            os.utime(path, ns=(mtime, mtime))

@@ -17,11 +17,11 @@ that would classify a batch differently, or stop a reader's search too early, is
 from __future__ import annotations
 
 import bisect
-import os
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cleanerd.storage.checkpoints import fsync_dir
 from cleanerd.storage.errors import CorruptIndexError
 from cleanerd.storage.producer_state import AbortMarker, ProducerState
 from cleanerd.storage.segment import LogSegment
@@ -139,9 +139,5 @@ def rebuild(
             seg.txn_index.rewrite(expected[seg.base_offset])
             done.append(seg.txn_index.path)
     if done:
-        fd = os.open(segments[0].directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(segments[0].directory)  # a removed index too (atomic_write syncs the others)
     return done

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from cleanerd.storage.checkpoints import atomic_write
 from cleanerd.storage.errors import CorruptIndexError
 
 CURRENT_VERSION = 0
-TMP_SUFFIX = ".tmp"  # a rewrite's file before it is renamed over the index
 ENTRY_SIZE = 34
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
@@ -154,7 +154,7 @@ class TransactionIndex:
 
     def rewrite(self, txns: Sequence[AbortedTxn]) -> None:
         """Replace the whole index with ``txns`` (no file when there are none, as Kafka leaves
-        it): written to a temporary file, fsynced, renamed over, so readers see old or new."""
+        it): ``atomic_write``, as checkpoints are written, so readers see old or new."""
         order = [t.last_offset for t in txns]
         if order != sorted(set(order)) or (order and order[0] < self._base):
             raise ValueError(f"entries for {self._path} must have rising last offsets >= base")
@@ -162,17 +162,7 @@ class TransactionIndex:
         if not txns:
             self._path.unlink(missing_ok=True)
         else:
-            tmp = self._path.with_name(self._path.name + TMP_SUFFIX)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                data = b"".join(t.to_bytes() for t in txns)
-                done = 0
-                while done < len(data):
-                    done += os.write(fd, data[done:])
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self._path)
+            atomic_write(self._path, b"".join(t.to_bytes() for t in txns))
         self._txns = list(txns)
         self._tail = 0
 
