@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,10 @@ _REPO = _TESTS.parent
 settings.register_profile("default", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+# Spark's Python workers run this interpreter (cleanerd.spark.session sets it too, but here it is set
+# before any test, so the environment check below sees it unchanged).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 # Variables pytest itself sets and clears around each test.
 _PYTEST_OWNED_ENV = frozenset({"PYTEST_CURRENT_TEST"})
@@ -71,3 +77,13 @@ def find_kafka_fixtures() -> Path:
 def kafka_fixtures() -> Path:
     """Path of the directory holding the Kafka-written partition fixtures."""
     return find_kafka_fixtures()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One ``local[2]`` SparkSession for the whole run: a session takes about 10 s to start."""
+    from cleanerd.spark.session import build_session
+
+    session = build_session("local[2]", app_name="cleanerd-tests")
+    yield session
+    session.stop()

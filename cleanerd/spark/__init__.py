@@ -1,0 +1,23 @@
+"""The Spark engine: Kafka log dirs as Spark DataFrames and compaction distributed on Spark.
+
+A driver over format/, storage/ and compaction/, like service/ is; nothing below it imports
+pyspark. Needs the ``spark`` extra (``pip install 'cleanerd[spark]'``): importing a submodule
+without it raises :class:`SparkMissingError` with that advice.
+"""
+
+from __future__ import annotations
+
+INSTALL_HINT = "the Spark engine needs the spark extra: pip install 'cleanerd[spark]' (and Java 17)"
+
+
+class SparkMissingError(ImportError):
+    """pyspark (or pyarrow) is not installed; the message says how to install it."""
+
+
+def require_pyspark() -> None:
+    """Raise :class:`SparkMissingError` unless pyspark and pyarrow import."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as e:
+        raise SparkMissingError(f"{INSTALL_HINT} ({e})") from e
