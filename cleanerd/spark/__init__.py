@@ -17,7 +17,7 @@ class SparkMissingError(ImportError):
 def require_pyspark() -> None:
     """Raise :class:`SparkMissingError` unless pyspark and pyarrow import."""
     try:
-        import pyarrow  # noqa: F401
-        import pyspark  # noqa: F401
+        import pyarrow  # noqa: F401, PLC0415 (optional: the spark extra)
+        import pyspark  # noqa: F401, PLC0415
     except ImportError as e:
         raise SparkMissingError(f"{INSTALL_HINT} ({e})") from e

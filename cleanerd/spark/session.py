@@ -36,7 +36,7 @@ def build_session(
     own Python must have cleanerd installed.
     """
     require_pyspark()
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415 (the spark extra, checked above)
 
     settings = dict(DEFAULT_CONF)
     if (master is None or master.startswith("local")) and "PYSPARK_PYTHON" not in os.environ:
@@ -54,7 +54,9 @@ def build_session(
 def _register_sources(session: SparkSession) -> None:
     """Register the ``kafka-log`` data source once it exists (cleanerd/spark/datasource.py)."""
     try:
-        from cleanerd.spark.datasource import KafkaLogDataSource  # type: ignore[import-not-found,unused-ignore]
+        from cleanerd.spark.datasource import (  # noqa: PLC0415 (it imports pyspark)
+            KafkaLogDataSource,  # type: ignore[import-not-found,unused-ignore]
+        )
     except ModuleNotFoundError as e:
         if e.name != "cleanerd.spark.datasource":
             raise
