@@ -54,8 +54,8 @@ def build_session(
 def _register_sources(session: SparkSession) -> None:
     """Register the ``kafka-log`` data source once it exists (cleanerd/spark/datasource.py)."""
     try:
-        from cleanerd.spark.datasource import (  # noqa: PLC0415 (it imports pyspark)
-            KafkaLogDataSource,  # type: ignore[import-not-found,unused-ignore]
+        from cleanerd.spark.datasource import (  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+            KafkaLogDataSource,
         )
     except ModuleNotFoundError as e:
         if e.name != "cleanerd.spark.datasource":
