@@ -184,3 +184,16 @@ def test_help(command: str) -> None:
     code, out, _ = run(command, "--help")
     assert code == 0
     assert "--kafka-properties" in out
+
+
+def test_show_text_keeps_bracketed_sources_and_values(tmp_path: Path) -> None:
+    """Rich read ``[topics."orders-*"]`` in the source column as markup and dropped it."""
+    conf = tmp_path / "c.toml"
+    logs = tmp_path / "[odd]-logs"
+    conf.write_text(f'"log.dirs" = "{logs}"\n[topics."orders-*"]\n"min.compaction.lag.ms" = 50\n')
+    code, out, _ = run("show", "--config", str(conf), "--topic", "orders-1")
+    assert code == 0
+    line = next(x for x in out.splitlines() if x.split()[:1] == ["min.compaction.lag.ms"])
+    assert line.split()[1:3] == ["50", '[topics."orders-*"]']
+    assert f"(file {conf})" in line
+    assert str(logs) in out

@@ -290,3 +290,44 @@ def test_real_process(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["partition"] == "demo-0"
     assert tree_hash(logdir) == before
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    """partition -> its cells, from the text table (cells are split at runs of blanks)."""
+    rows = {}
+    for line in text.splitlines():
+        cells = line.split()
+        if cells and cells[0].startswith("demo-"):
+            rows[cells[0]] = cells
+    return rows
+
+
+def test_table_now_is_need_compaction_now_and_pick_is_is_cleanable(tmp_path: Path) -> None:
+    """A dirty log within its lag: the cleaner picks it (ratio) but it is not overdue. The
+    ``now`` column used to show ``is_cleanable``, saying yes where the JSON said false."""
+    logdir = make_logs(tmp_path)
+    (row,) = plans(logdir, "--now", NOW)
+    assert row["need_compaction_now"] is False
+    assert row["is_cleanable"] is True
+    text = ok("plan", logdir, "--now", NOW).stdout
+    header = next(line.split() for line in text.splitlines() if "must-clean" in line)
+    cells = _table_rows(text)["demo-0"]
+    # the range cell "[0, 123)" holds a blank: count columns from the end of the row
+    assert header[-2:] == ["now", "pick"]
+    assert cells[-2:] == ["no", "yes"]
+    (overdue,) = plans(logdir, "--now", NOW, "--max-compaction-lag-ms", "1000")
+    assert overdue["need_compaction_now"] is True
+    text = ok("plan", logdir, "--now", NOW, "--max-compaction-lag-ms", "1000").stdout
+    assert _table_rows(text)["demo-0"][-2:] == ["yes", "yes"]
+
+
+def test_table_sizes_are_iec_and_json_sizes_are_bytes(tmp_path: Path) -> None:
+    logdir = make_logs(tmp_path)
+    (row,) = plans(logdir, "--now", NOW)
+    assert isinstance(row["cleanable_bytes"], int)
+    text = ok("plan", logdir, "--now", NOW).stdout
+    cells = _table_rows(text)["demo-0"]
+    kib = f"{row['cleanable_bytes'] / 1024:.1f}"
+    assert [kib, "KiB"] == cells[-4:-2]
+    assert " kB" not in text
+    assert " MB" not in text

@@ -16,6 +16,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from rich import box
 from rich.table import Table
+from rich.text import Text
 
 from cleanerd.cli.options import format_option
 from cleanerd.cli.tables import table_console
@@ -181,10 +182,12 @@ def _text(value: object) -> str:
 
 
 def _table(title: str, rows: list[tuple[str, str, str]]) -> Table:
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    """Cells are plain ``Text``: rich would read ``[topics."orders-*"]`` (a source) or a
+    bracketed path or value as markup and drop it."""
+    table = Table(title=Text(title), box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("setting", overflow="fold")
     table.add_column("value", overflow="fold")
     table.add_column("source", overflow="fold")
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(Text(cell) for cell in row))
     return table

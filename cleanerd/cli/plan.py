@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import click
 from rich import box
-from rich.filesize import decimal
+from rich.filesize import pick_unit_and_suffix
 from rich.table import Table
 
 from cleanerd.cli.config_cmd import config_options, fail_invalid, load_from_options
@@ -291,10 +291,12 @@ def plan_command(
     """Print each partition's cleaning plan at --now, as the cleaner would make it.
 
     Dirty ratio, must-clean ratio (KIP-354: overdue bytes past max.compaction.lag.ms), compaction
-    delay, the cleanable range [first dirty, first uncleanable), clean and cleanable bytes, and
-    whether Kafka would clean it now. Read-only: writes nothing and takes no lock. With
-    --roll-active, also what rolling the active segment would add to the cleanable range (the
-    LSO and min.compaction.lag.ms still apply); the dir is not touched.
+    delay, the cleanable range [first dirty, first uncleanable), clean and cleanable bytes,
+    whether it is overdue now (column now: need_compaction_now) and whether Kafka would clean it
+    (column pick: is_cleanable). Sizes: bytes in JSON, KiB/MiB/GiB in the table. Read-only:
+    writes nothing and takes no lock. With --roll-active, also what rolling the active segment
+    would add to the cleanable range (the LSO and min.compaction.lag.ms still apply); the dir
+    is not touched.
 
     Topic settings: the config as `cleanerd run` reads it (broker defaults, [topics."<glob>"]
     tables, CLEANERD_* environment, --set), then this command's options. With a config file,
@@ -328,12 +330,28 @@ def plan_command(
         raise SystemExit(1)
 
 
+_IEC_UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
+
+
+def iec_size(size: int) -> str:
+    """Bytes for people, in IEC units (1 KiB = 1024 bytes): what human text uses everywhere,
+    while JSON, log fields and metrics carry plain bytes."""
+    unit, suffix = pick_unit_and_suffix(size, _IEC_UNITS, 1024)
+    return f"{size} bytes" if unit == 1 else f"{size / unit:.1f} {suffix}"
+
+
+def _yes(flag: object) -> str:
+    return "yes" if flag else "no"
+
+
 def _print_plans(rows: list[dict[str, Any]], roll_active: bool = False) -> None:
-    """One row per partition, narrow enough for 80 columns; JSON has every field. With
+    """One row per partition, narrow enough for 80 columns; JSON has every field. ``now`` is the
+    JSON's ``need_compaction_now`` (overdue past max.compaction.lag.ms) and ``pick`` its
+    ``is_cleanable`` (the cleaner would choose it): two different questions, shown apart. With
     ``roll_active`` a last column shows the offsets rolling would add to the range."""
     table = Table(title="cleanerd plan", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     table.add_column("partition", overflow="fold", min_width=9)
-    names = ["dirty", "must-clean", "delay s", "range", "clean", "cleanable", "now"]
+    names = ["dirty", "must-clean", "delay s", "range", "clean", "cleanable", "now", "pick"]
     for name in names + (["+rolled"] if roll_active else []):
         table.add_column(name, justify="right", no_wrap=True)
     for r in rows:
@@ -344,9 +362,10 @@ def _print_plans(rows: list[dict[str, Any]], roll_active: bool = False) -> None:
             f"{r['must_clean_ratio']:.3f}",
             f"{r['compaction_delay_ms'] / 1000:.0f}",
             f"[{low}, {high})",
-            decimal(r["clean_bytes"]),
-            decimal(r["cleanable_bytes"]),
-            "yes" if r["is_cleanable"] else "no",
+            iec_size(r["clean_bytes"]),
+            iec_size(r["cleanable_bytes"]),
+            _yes(r["need_compaction_now"]),
+            _yes(r["is_cleanable"]),
         ]
         if roll_active:
             start, end = r["roll_active"]["added_range"]
@@ -354,6 +373,7 @@ def _print_plans(rows: list[dict[str, Any]], roll_active: bool = False) -> None:
         table.add_row(*cells)
     console = table_console([table])
     console.print(table)
+    click.echo("now: overdue past max.compaction.lag.ms; pick: the cleaner would clean it")
     if roll_active:
         click.echo("+rolled: offsets --roll-active would add to the range (LSO, min lag apply)")
     for r in rows:
