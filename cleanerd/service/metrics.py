@@ -16,11 +16,13 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import time
 from collections.abc import Callable, Iterable
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    Gauge,
     Histogram,
     Info,
     disable_created_metrics,
@@ -57,6 +59,7 @@ CLEAN_DURATION_BUCKETS = (
 """Cleanings range from milliseconds (small logs) to an hour (a full dedupe buffer, throttled)."""
 
 PARTITION_STATES = (*(s.value for s in CleaningState), "uncleanable")
+_WAITING_OR_RUNNING = (CleaningState.IDLE, CleaningState.IN_PROGRESS)
 
 
 def _gauge(name: str, value: float) -> GaugeMetricFamily:
@@ -103,7 +106,7 @@ def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
     count: dict[str, int] = {}
     unclean_bytes: dict[str, int] = {}
     states = dict.fromkeys(PARTITION_STATES, 0)
-    overdue = 0
+    overdue = cleanable = 0
     for p in s.partitions:
         log_dir = str(p.log_dir.absolute())  # Kafka tags with the absolute path
         count.setdefault(log_dir, 0)
@@ -114,6 +117,8 @@ def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
         states["uncleanable" if p.uncleanable else p.state.value] += 1
         if p.compacted and p.overdue:
             overdue += 1
+        if p.compacted and p.cleanable and not p.uncleanable and p.state in _WAITING_OR_RUNNING:
+            cleanable += 1
     unclean = GaugeMetricFamily(
         "cleanerd_uncleanable_partitions",
         _HELP["cleanerd_uncleanable_partitions"],
@@ -130,7 +135,13 @@ def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
     )
     for state, n in states.items():
         by_state.add_metric([state], n)
-    out: list[Metric] = [unclean, ubytes, by_state, _gauge("cleanerd_overdue_partitions", overdue)]
+    out: list[Metric] = [
+        unclean,
+        ubytes,
+        by_state,
+        _gauge("cleanerd_overdue_partitions", overdue),
+        _gauge("cleanerd_cleanable_partitions", cleanable),
+    ]
     if s.per_partition_metrics:
         dirty = GaugeMetricFamily(
             "cleanerd_partition_dirty_ratio",
@@ -221,6 +232,13 @@ class DaemonMetrics:
             buckets=CLEAN_DURATION_BUCKETS,
             registry=self.registry,
         )
+        # an alert on "no success for an hour" must not fire in the daemon's first hour
+        started = Gauge(
+            "cleanerd_start_time_seconds",
+            _HELP["cleanerd_start_time_seconds"],
+            registry=self.registry,
+        )
+        started.set(time.time())
         build = Info("cleanerd_build", _HELP["cleanerd_build_info"], registry=self.registry)
         build.info(
             {

@@ -98,6 +98,13 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc(
+        "cleanerd_cleanable_partitions",
+        "gauge",
+        "Compacted partitions cleanable now (past max.compaction.lag.ms or dirtier than"
+        " min.cleanable.dirty.ratio), neither paused nor uncleanable.",
+        "",
+    ),
+    MetricDoc(
         "cleanerd_partition_dirty_ratio",
         "gauge",
         "Dirty ratio of each compacted partition (labels topic, partition; off with"
@@ -196,6 +203,12 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
     ),
     MetricDoc(
         "cleanerd_clean_duration_seconds", "histogram", "Duration of successful cleanings.", ""
+    ),
+    MetricDoc(
+        "cleanerd_start_time_seconds",
+        "gauge",
+        "Unix time the daemon started (alerts on long silences wait this long after a start).",
+        "",
     ),
     MetricDoc("cleanerd_build_info", "info", "cleanerd version and Python runtime.", ""),
 )
