@@ -29,7 +29,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.config import RESTART_SETTINGS, ConfigError, LoadedConfig, changed_settings
+from cleanerd.config import ConfigError, LoadedConfig
 from cleanerd.scheduling.manager import CleanerManager, RetryPolicy
 from cleanerd.scheduling.state import CleaningTotals, PartitionStatus
 from cleanerd.scheduling.survey import Survey
@@ -40,6 +40,7 @@ from cleanerd.service.http import Access, HttpServer, start_http
 from cleanerd.service.logging import get_logger
 from cleanerd.service.maintenance import Maintenance
 from cleanerd.service.metrics import DaemonMetrics
+from cleanerd.service.reload import compare_reload
 from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.service.systemd import SystemdNotifier
 from cleanerd.service.workers import PoolSettings, WorkerPool
@@ -304,8 +305,7 @@ class Daemon:
             )
             self.notifier.ready(self._status_line())
             return
-        changed = changed_settings(self.loaded, new)
-        restart = sorted(name for name in changed if name in RESTART_SETTINGS)
+        new, changed, restart = compare_reload(self.loaded, new)  # against what runs
         c = new.config
         self.throttler.set_rate(c.io_max_bytes_per_second)
         self.budget.resize(c.dedupe_buffer_size)
@@ -320,11 +320,7 @@ class Daemon:
             threads = PoolSettings.of(new.config)
             self.pool.settings = dataclasses.replace(threads, threads=self.pool.settings.threads)
             self.pool.resize(threads.threads)
-        log.info(
-            "config reloaded",
-            changed=[n for n in changed if n not in RESTART_SETTINGS],
-            needs_restart=restart,
-        )
+        log.info("config reloaded", changed=changed, needs_restart=restart)
         self._rescan.set()
         self.notifier.ready(self._status_line())
 
