@@ -20,7 +20,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
 from pydantic import field_validator as validates
 
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.config_sources import (
     DAEMON_DEFAULTS,
     DEFAULT,
@@ -31,6 +30,7 @@ from cleanerd.config_sources import (
     read_sources,
 )
 from cleanerd.config_topics import Problem, TopicValue, check_topics, effective_topics
+from cleanerd.topic_model import TopicSettings
 
 __all__ = [
     "RESTART_SETTINGS",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.config_sources import Sourced, Tables, suggest, topic_key
 from cleanerd.topic_catalog import (
     BROKER_TOPIC_DEFAULTS,
@@ -19,6 +18,7 @@ from cleanerd.topic_catalog import (
     InvalidTopicConfigError,
     parse_cleanup_policy,
 )
+from cleanerd.topic_model import TopicSettings
 
 TopicValue = str | int | float | bool
 Problem = tuple[str, object, str, str]  # setting, value, source, rule

@@ -13,50 +13,41 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "cleanerd"
 # layer -> packages it must not import (docs/architecture.md: imports only go downwards)
+_DRIVERS = ("cleanerd.service", "cleanerd.spark", "cleanerd.cli")
+_ENGINE = ("asyncio", "pyspark", *_DRIVERS, "click", "rich")
+_ABOVE_STORAGE = (
+    "cleanerd.compaction",
+    "cleanerd.snapshot",
+    "cleanerd.scheduling",
+    "cleanerd.inspect",
+    "cleanerd.workload",
+    *_ENGINE,
+)
 FORBIDDEN = {
-    "format": (
-        "asyncio",
-        "cleanerd.storage",
-        "cleanerd.compaction",
-        "cleanerd.snapshot",
-        "cleanerd.spark",
-        "cleanerd.service",
-        "cleanerd.cli",
-        "click",
-        "rich",
-    ),
-    "storage": (
-        "asyncio",
-        "cleanerd.compaction",
-        "cleanerd.snapshot",
-        "cleanerd.spark",
-        "cleanerd.service",
-        "cleanerd.cli",
-        "click",
-        "rich",
-    ),
-    "compaction": (
-        "asyncio",
-        "cleanerd.snapshot",
-        "cleanerd.spark",
-        "cleanerd.service",
-        "cleanerd.cli",
-        "cleanerd.inspect",
-        "cleanerd.workload",
-        "click",
-        "rich",
-    ),
-    "scheduling": ("asyncio", "cleanerd.service", "cleanerd.cli", "cleanerd.spark"),
-    "service": ("cleanerd.cli",),
+    "format": ("cleanerd.storage", *_ABOVE_STORAGE),
+    "storage": _ABOVE_STORAGE,
+    "compaction": ("cleanerd.snapshot", "cleanerd.inspect", "cleanerd.workload", *_ENGINE),
+    "scheduling": _ENGINE,
     # beside the engine: driven by thin CLI wrappers and by tests, never by the daemon's loop
-    "inspect": ("asyncio", "cleanerd.service", "cleanerd.cli"),
-    "workload": ("asyncio", "cleanerd.service", "cleanerd.cli"),
+    "inspect": _ENGINE,
+    "workload": _ENGINE,
+    # the two drivers: each may use everything below it; spark/ is the only pyspark code and runs
+    # no event loop, service/ is the only asyncio code
+    "spark": ("asyncio", "cleanerd.service", "cleanerd.cli"),
+    "service": ("pyspark", "cleanerd.cli"),
 }
-# top-level modules below service/: the config tree and its sources
-FORBIDDEN_MODULES = {
-    "config.py": ("asyncio", "cleanerd.service", "cleanerd.cli", "click", "rich"),
-    "config_sources.py": ("asyncio", "cleanerd.service", "cleanerd.cli", "click", "rich"),
-}
+# top-level modules at the bottom, below every package but format/limits.py: the config tree, its
+# sources and the topic-settings model (the engine's and storage's topic values live there)
+_BOTTOM = ("cleanerd.storage", *_ABOVE_STORAGE)
+_BOTTOM_MODULES = (
+    "config.py",
+    "config_sources.py",
+    "config_topics.py",
+    "config_warnings.py",
+    "topic_catalog.py",
+    "topic_model.py",
+)
+FORBIDDEN_MODULES = dict.fromkeys(_BOTTOM_MODULES, _BOTTOM)
 
 
 def _imports(path: Path) -> set[str]:

@@ -6,14 +6,12 @@ upstream, reference 6.1) adds ``timestamp`` (highest record timestamp) and ``hea
 such header, or one of the wrong length), so "missing" is carried as a separate flag rather than
 a sentinel: every int64 is a legal header version. The rule, in ``wins``: a record with a version
 beats one without; between two with versions the higher wins; otherwise (neither, or equal
-versions) the higher offset wins.
+versions) the higher offset wins. The settings' values (``Strategy``, ``StrategyConfig``) live
+with the other topic settings in ``cleanerd.topic_model``; this module holds the kernels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -21,111 +19,21 @@ import numpy.typing as npt
 from numba import njit
 
 from cleanerd.format.kernels import R_HEADER_COUNT, R_HEADERS_POS, R_TIMESTAMP
+from cleanerd.topic_model import Strategy, StrategyConfig
+
+__all__ = [
+    "VERSION_BYTES",
+    "Strategy",
+    "StrategyConfig",
+    "compute_versions",
+    "header_version",
+    "record_versions",
+    "wins",
+]
 
 Arr = npt.NDArray[Any]
 
-BROKER_STRATEGY = "log.cleaner.compaction.strategy"
-BROKER_STRATEGY_HEADER = "log.cleaner.compaction.strategy.header"
-TOPIC_STRATEGY = "compaction.strategy"
-TOPIC_STRATEGY_HEADER = "compaction.strategy.header"
-
 VERSION_BYTES = 8  # a header version is one big-endian int64
-
-
-class Strategy(StrEnum):
-    """How the winner per key is chosen (KIP-280 names, as written in the settings)."""
-
-    OFFSET = "offset"
-    TIMESTAMP = "timestamp"
-    HEADER = "header"
-
-
-@dataclass(frozen=True)
-class StrategyConfig:
-    """A strategy with its header name, normalised by KIP-280's rules.
-
-    A ``header`` strategy with a blank header name falls back to ``offset`` (the KIP's rule), and
-    the header name is kept only for the ``header`` strategy, so equal behaviour compares equal.
-    """
-
-    strategy: Strategy = Strategy.OFFSET
-    header_name: str = ""
-
-    def __post_init__(self) -> None:
-        strategy = Strategy(self.strategy)
-        name = self.header_name if strategy is Strategy.HEADER else ""
-        if strategy is Strategy.HEADER and not name.strip():
-            strategy, name = Strategy.OFFSET, ""
-        object.__setattr__(self, "strategy", strategy)
-        object.__setattr__(self, "header_name", name)
-
-    @property
-    def versioned(self) -> bool:
-        """True when the map must store a version per key (32-byte slots instead of 24)."""
-        return self.strategy is not Strategy.OFFSET
-
-    @property
-    def header_name_bytes(self) -> bytes:
-        """The header name as it appears on the wire (UTF-8)."""
-        return self.header_name.encode("utf-8")
-
-    @classmethod
-    def parse(
-        cls,
-        strategy: object,
-        header_name: object = "",
-        *,
-        setting: str = TOPIC_STRATEGY,
-        header_setting: str = TOPIC_STRATEGY_HEADER,
-    ) -> StrategyConfig:
-        """Validate raw setting values; errors name the setting they came from."""
-        if strategy is None:
-            strategy = Strategy.OFFSET.value
-        if not isinstance(strategy, str):
-            raise ValueError(f"{setting}: expected a string, got {strategy!r}")
-        text = strategy.strip().lower()
-        try:
-            parsed = Strategy(text)
-        except ValueError:
-            allowed = ", ".join(s.value for s in Strategy)
-            raise ValueError(
-                f"{setting}: unknown strategy {strategy!r} (one of {allowed})"
-            ) from None
-        if header_name is None:
-            header_name = ""
-        if not isinstance(header_name, str):
-            raise ValueError(f"{header_setting}: expected a string, got {header_name!r}")
-        return cls(parsed, header_name)
-
-    @classmethod
-    def from_broker(cls, props: Mapping[str, object]) -> StrategyConfig:
-        """The broker-wide default from ``log.cleaner.compaction.strategy[.header]``."""
-        return cls.parse(
-            props.get(BROKER_STRATEGY),
-            props.get(BROKER_STRATEGY_HEADER),
-            setting=BROKER_STRATEGY,
-            header_setting=BROKER_STRATEGY_HEADER,
-        )
-
-    @classmethod
-    def from_topic(
-        cls, topic: Mapping[str, object], broker: Mapping[str, object] | None = None
-    ) -> StrategyConfig:
-        """A topic's strategy: each topic setting overrides its broker-wide synonym.
-
-        The two settings are resolved separately (as Kafka resolves topic configs), so a topic
-        that sets only ``compaction.strategy=header`` uses the broker's header name.
-        """
-        broker = broker or {}
-        if TOPIC_STRATEGY in topic:
-            strategy, setting = topic[TOPIC_STRATEGY], TOPIC_STRATEGY
-        else:
-            strategy, setting = broker.get(BROKER_STRATEGY), BROKER_STRATEGY
-        if TOPIC_STRATEGY_HEADER in topic:
-            header, header_setting = topic[TOPIC_STRATEGY_HEADER], TOPIC_STRATEGY_HEADER
-        else:
-            header, header_setting = broker.get(BROKER_STRATEGY_HEADER), BROKER_STRATEGY_HEADER
-        return cls.parse(strategy, header, setting=setting, header_setting=header_setting)
 
 
 @njit(cache=True, nogil=True)

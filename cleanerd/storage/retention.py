@@ -1,8 +1,8 @@
-"""Kafka's retention for logs whose ``cleanup.policy`` contains ``delete``: settings and rules.
+"""Kafka's retention for logs whose ``cleanup.policy`` contains ``delete``: the rules.
 
 For ``compact,delete`` topics the cleaner also deletes whole old segments by time
 (``retention.ms``) and size (``retention.bytes``), as Kafka's ``UnifiedLog.deleteOldSegments``
-does; -1 means no limit.
+does; -1 means no limit. The settings (``RetentionConfig``) are part of ``cleanerd.topic_model``.
 """
 
 from __future__ import annotations
@@ -23,27 +23,7 @@ from cleanerd.storage.leader_epoch import LeaderEpochCache
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_times import largest_timestamp_ms
-from cleanerd.topic_catalog import long_default
-
-DEFAULT_RETENTION_MS = long_default("retention.ms")  # log.retention.hours = 168
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionConfig:
-    """``retention.ms`` and ``retention.bytes``; a negative value means unlimited."""
-
-    retention_ms: int = DEFAULT_RETENTION_MS
-    retention_bytes: int = long_default("retention.bytes")
-
-    def __post_init__(self) -> None:
-        for name, value in (
-            ("retention.ms", self.retention_ms),
-            ("retention.bytes", self.retention_bytes),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} = {value!r}: must be an integer")
-            if value < -1:
-                raise ValueError(f"{name} = {value}: must be -1 (unlimited) or at least 0")
+from cleanerd.topic_model import RetentionConfig
 
 
 @dataclass(frozen=True, slots=True)
