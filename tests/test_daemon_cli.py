@@ -126,6 +126,41 @@ def test_ctl_pauses_resumes_and_requests_a_clean(tmp_path: Path) -> None:
     assert "is cleanerd running?" in down.stderr
 
 
+def test_ctl_config_talks_to_the_port_the_daemon_listens_on(tmp_path: Path) -> None:
+    """The listen address is restart-only: after the file changes it and a SIGHUP, ``ctl
+    --config`` still reaches the running daemon (on the address it recorded) and says so."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    bound, other = free_port(), free_port()
+    settings = {"log.dirs": str(logdir), "log.cleaner.backoff.ms": 200}
+    config = write_config(tmp_path, {**settings, "cleanerd.http.listen": f"127.0.0.1:{bound}"})
+    command = [sys.executable, "-m", "cleanerd", "run", "--config", str(config)]
+    with DaemonProcess(config, tmp_path, command=command, port=bound) as d:
+        record = json.loads((logdir / ".cleanerd-http.json").read_text())
+        assert record == {"pid": d.pid, "url": f"http://127.0.0.1:{bound}"}
+        write_config(tmp_path, {**settings, "cleanerd.http.listen": f"127.0.0.1:{other}"})
+        d.signal(signal.SIGHUP)
+        poll_until(
+            lambda: any(x.get("event") == "config reloaded" for x in d.logs()) or None,
+            timeout=30,
+            what="the reload",
+        )
+        status = _cleanerd("ctl", "status", "--config", str(config))
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["ready"] is True
+        assert f"listens on http://127.0.0.1:{bound}, not on http://127.0.0.1:{other}" in (
+            status.stderr
+        )
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
+    assert not (logdir / ".cleanerd-http.json").exists()  # removed when the daemon stops
+    # no daemon: the config's address, and the usual error
+    down = _cleanerd("ctl", "status", "--config", str(config))
+    assert down.returncode == 1
+    assert f"127.0.0.1:{other}" in down.stderr
+    assert "note:" not in down.stderr
+
+
 def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None:
     directory = tmp_path / "demo"
     port = free_port()

@@ -8,12 +8,20 @@ daemon failed, or a cleaning outlived ``cleanerd.shutdown.timeout.ms``; 2 invali
 (one line per problem).
 
 ``ctl`` talks to a running daemon over its HTTP port (address and token from the same config
-sources, or ``--url`` and ``--token``).
+sources, or ``--url`` and ``--token``). The HTTP address is restart-only: after the config file
+was edited (and SIGHUP'd) the daemon still listens where it started. So ``run`` records the
+address it actually bound (port 0 resolved) in ``<log dir>/.cleanerd-http.json`` of each log
+dir it holds, with its pid, and removes it when it stops; ``ctl`` without ``--url`` uses the
+address recorded by a live daemon on the config's log dirs (with a note when it differs from
+the config's cleanerd.http.listen), else the config's address.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -52,10 +60,14 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
         )
 
     async def daemon() -> int:
+        running = Daemon(loaded, reload)
+        recorder = asyncio.create_task(_record_address(running))
         try:
-            return await Daemon(loaded, reload).run()
+            return await running.run()
         finally:  # stopped: the process leaves with this code, whatever signal comes now
             early_stop.ignore()
+            recorder.cancel()
+            _forget_address(loaded.config.log_dirs)
 
     try:
         code = run_async(daemon)
@@ -63,6 +75,66 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
         click.echo(f"error: {e}", err=True)
         raise SystemExit(1) from None
     raise SystemExit(code)
+
+
+ADDRESS_FILE = ".cleanerd-http.json"
+"""Where a running daemon records the address it bound, in each of its log dirs."""
+
+
+async def _record_address(daemon: Daemon) -> None:
+    """Once the daemon's HTTP port is bound, record its address for ``ctl`` (see the module
+    doc). Best effort: a log dir that cannot take the file leaves ``ctl`` the config's address."""
+    while daemon.http is None:  # bound early in start-up, before the daemon is ready
+        await asyncio.sleep(0.05)
+    record = {
+        "pid": os.getpid(),
+        "url": f"http://{join_listen(daemon.http.host, daemon.http.port)}",
+    }
+    for directory in daemon.loaded.config.log_dirs:
+        tmp = directory / f"{ADDRESS_FILE}.tmp"
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps(record) + "\n")
+            tmp.replace(directory / ADDRESS_FILE)
+
+
+def _forget_address(log_dirs: tuple[Path, ...]) -> None:
+    """Remove the records this process wrote (not another daemon's, should one have started)."""
+    for directory in log_dirs:
+        path = directory / ADDRESS_FILE
+        record = _read_record(path)
+        if record is not None and record[0] == os.getpid():
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _read_record(path: Path) -> tuple[int, str] | None:
+    try:
+        record = json.loads(path.read_text())
+        pid, url = record["pid"], record["url"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(pid, int) or not isinstance(url, str):
+        return None
+    return pid, url
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's (the service account's)
+        return True
+    return True
+
+
+def recorded_address(log_dirs: tuple[Path, ...]) -> tuple[int, str] | None:
+    """(pid, URL) a live daemon recorded in one of ``log_dirs``; None when none did."""
+    for directory in log_dirs:
+        record = _read_record(directory / ADDRESS_FILE)
+        if record is not None and _alive(record[0]):
+            return record
+    return None
 
 
 @click.group()
@@ -80,9 +152,23 @@ def _endpoint(
     loaded = load_from_options(config_file, kafka_properties, sets)
     c = loaded.config
     if url is None:
-        if c.http_host is None:
+        configured = (
+            None if c.http_host is None else f"http://{join_listen(c.http_host, c.http_port)}"
+        )
+        recorded = recorded_address(c.log_dirs)
+        if recorded is not None:
+            pid, url = recorded
+            if url != configured:
+                click.echo(
+                    f"note: the daemon (pid {pid}) listens on {url}, not on "
+                    f"{configured or 'nothing'} as the config now says "
+                    "(cleanerd.http.listen changes need a restart)",
+                    err=True,
+                )
+        elif configured is None:
             raise click.UsageError("cleanerd.http.listen is off: give --url")
-        url = f"http://{join_listen(c.http_host, c.http_port)}"
+        else:
+            url = configured
     return url.rstrip("/"), token if token is not None else c.admin_token
 
 
