@@ -27,6 +27,7 @@ COMMANDS = {
     "plan": ("cleanerd.cli.plan", "plan_command"),
     "run": ("cleanerd.cli.run", "run"),
     "verify": ("cleanerd.cli.verify", "verify"),
+    "warmup": ("cleanerd.cli.warmup", "warmup"),
 }
 """Command name -> (module, attribute)."""
 

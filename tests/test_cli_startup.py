@@ -1,0 +1,106 @@
+"""Start-up as an operator meets it: ``cleanerd warmup`` fills the kernel cache so later commands
+compile nothing, and ``--help``/``--version`` stay light (no numba, no aiohttp).
+
+Every command runs in a fresh process: numba's in-process dispatchers would hide what a new
+process has to compile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env.update(extra)
+    return env
+
+
+def _cleanerd(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cleanerd", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _cache_files(cache: Path) -> dict[str, tuple[int, int]]:
+    """Every file numba keeps in the cache dir, with size and mtime: a compile adds or rewrites."""
+    return {
+        str(p.relative_to(cache)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in cache.rglob("*")
+        if p.is_file()
+    }
+
+
+# kernels each command needs on its first run (scan, CRC, record index, map, decide, rebuild,
+# write), one signature at least of each
+_KERNELS = (
+    "format.walk.walk_batches",
+    "format.crc.batch_crcs",
+    "format.record_index.index_records_into",
+    "compaction.fused.map_records",
+    "compaction.fused.decide_records",
+    "compaction.fused.mark_winners",
+    "compaction.fused.mark_winners_sparse",
+    "compaction.rebuild.splice_records",
+    "compaction.rebuild.write_batches",
+    "compaction.strategy.record_versions",
+    "compaction.writer.gather",
+    "compaction.offset_map._put_batch",
+)
+
+
+@pytest.fixture(scope="module")
+def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
+    """A kernel cache filled by one ``cleanerd warmup`` from empty."""
+    cache = tmp_path_factory.mktemp("numba-cache")
+    done = _cleanerd("warmup", "--format", "json", env=_env(NUMBA_CACHE_DIR=str(cache)))
+    assert done.returncode == 0, done.stderr
+    return cache, json.loads(done.stdout)
+
+
+def test_warmup_compiles_every_kernel_path(warm_cache: tuple[Path, dict[str, object]]) -> None:
+    cache, report = warm_cache
+    assert report["cache_dir"] == str(cache)
+    compiled = report["compiled"]
+    assert isinstance(compiled, list)
+    assert report["kernels_compiled"] == len(compiled) > 0
+    for kernel in _KERNELS:
+        assert any(c.startswith(f"cleanerd.{kernel}(") for c in compiled), kernel
+    # read-only (mmapped segment) and writable (rebuilt buffer) arrays are two signatures
+    walks = [c for c in compiled if c.startswith("cleanerd.format.walk.walk_batches(")]
+    assert len(walks) == 2
+    assert report["kernels_loaded_from_cache"] == 0
+    assert any(p.suffix == ".nbc" for p in cache.rglob("*"))
+
+
+def test_after_warmup_commands_compile_nothing(
+    warm_cache: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    cache, _ = warm_cache
+    env = _env(NUMBA_CACHE_DIR=str(cache))
+    before = _cache_files(cache)
+    logdir = tmp_path / "logs"
+    for args in (
+        ("gen", str(logdir), "--records", "2000", "--keys", "100", "--codec", "zstd",
+         "--transactional-producers", "2", "--segment-bytes", "16384"),
+        ("compact", str(logdir), "--roll-active", "--delete-retention-ms", "0",
+         "--format", "json"),
+        ("compact", str(logdir), "--strategy", "timestamp", "--format", "json"),
+        ("verify", str(logdir)),
+    ):  # fmt: skip
+        done = _cleanerd(*args, env=env)
+        assert done.returncode == 0, (args, done.stderr)
+        if args[1:3] == (str(logdir), "--roll-active"):  # the first compaction: work done
+            summary = json.loads(done.stdout.splitlines()[0])
+            assert summary["records_out"] < summary["records_in"]
+    assert _cache_files(cache) == before
