@@ -1,0 +1,91 @@
+"""Where snapshots live and how they are named (KIP-630, reference 6.2).
+
+``<partition dir>/checkpoints/<end offset, 20 digits>-<epoch, 10 digits>.checkpoint``: the seed
+document's place, a sub-directory, so a snapshot never looks like a segment to the log's own
+open, recovery or verify. In-progress files end in ``.checkpoint.part``, deleted ones are renamed
+to ``.checkpoint.deleted`` first, as Kafka's ``Snapshots`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from cleanerd.storage.checkpoints import fsync_dir
+
+SNAPSHOT_DIR = "checkpoints"
+SUFFIX = ".checkpoint"
+PART_SUFFIX = ".checkpoint.part"
+DELETED_SUFFIX = ".checkpoint.deleted"
+_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+
+
+@dataclass(frozen=True, order=True, slots=True)
+class SnapshotId:
+    """A snapshot's id: it holds the state of every record below ``end_offset``.
+
+    ``epoch`` is the leader epoch of the last record below the end offset. Ordered by end offset
+    first, so the newest snapshot sorts last.
+    """
+
+    end_offset: int
+    epoch: int
+
+    def file_name(self, suffix: str = SUFFIX) -> str:
+        return f"{self.end_offset:020d}-{self.epoch:010d}{suffix}"
+
+
+def snapshot_dir(partition_dir: Path) -> Path:
+    return Path(partition_dir) / SNAPSHOT_DIR
+
+
+def snapshot_path(partition_dir: Path, sid: SnapshotId, suffix: str = SUFFIX) -> Path:
+    return snapshot_dir(partition_dir) / sid.file_name(suffix)
+
+
+def parse_name(name: str) -> SnapshotId | None:
+    """The id a finished snapshot's file name gives, or None for any other name."""
+    m = _NAME.match(name)
+    return SnapshotId(int(m.group(1)), int(m.group(2))) if m else None
+
+
+def list_snapshots(partition_dir: Path) -> list[tuple[SnapshotId, Path]]:
+    """Finished snapshots, oldest first (``.part`` and ``.deleted`` files are not snapshots)."""
+    directory = snapshot_dir(partition_dir)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    found = [(sid, directory / n) for n in names if (sid := parse_name(n)) is not None]
+    return sorted(found)
+
+
+def remove_leftovers(partition_dir: Path) -> list[Path]:
+    """Delete ``.part`` files (a write cut short) and ``.deleted`` files (a delete cut short)."""
+    directory = snapshot_dir(partition_dir)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    gone = []
+    for name in names:
+        if name.endswith(PART_SUFFIX) or name.endswith(DELETED_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(directory / name)
+            gone.append(directory / name)
+    if gone:
+        fsync_dir(directory)
+    return gone
+
+
+def delete_snapshot(path: Path) -> None:
+    """Rename to ``.deleted`` (durable), then unlink: a crash between leaves no half snapshot."""
+    path = Path(path)
+    doomed = path.with_name(path.name.removesuffix(SUFFIX) + DELETED_SUFFIX)
+    os.replace(path, doomed)
+    fsync_dir(path.parent)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(doomed)
