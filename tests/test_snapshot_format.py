@@ -62,14 +62,17 @@ def test_kafka_python_reads_header_data_and_footer(tmp_path: Path, codec: Compre
     batches = kafka_python_batches(path.read_bytes())
     head, *data, foot = batches
     # header: a control batch, offset 0, key (0, SNAPSHOT_HEADER=3), 11-byte value
-    assert head[0].is_control_batch and head[0].base_offset == 0
+    assert head[0].is_control_batch
+    assert head[0].base_offset == 0
     (h,) = head[1]
     assert h.key == struct.pack(">hh", 0, 3)
-    assert h.value == struct.pack(">hqB", 0, 1_700_000_009_999, 0) and len(h.value) == 11
+    assert h.value == struct.pack(">hqB", 0, 1_700_000_009_999, 0)
+    assert len(h.value) == 11
     # footer: last, key (0, SNAPSHOT_FOOTER=4), 3-byte value
     (f,) = foot[1]
     assert foot[0].is_control_batch
-    assert f.key == struct.pack(">hh", 0, 4) and f.value == b"\x00\x00\x00"
+    assert f.key == struct.pack(">hh", 0, 4)
+    assert f.value == b"\x00\x00\x00"
     assert f.offset == len(RECORDS) + 1
     # data: renumbered from 1, originals' timestamps, keys, values and headers kept
     got = [r for _, records in data for r in records]
@@ -116,11 +119,13 @@ def test_truncated_footerless_corrupt_and_trailing_files_are_refused(tmp_path: P
 
 
 def test_a_failed_write_leaves_no_snapshot_and_leftovers_are_removed(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError), SnapshotWriter(
-        tmp_path, SnapshotId(5, 0), last_contained_timestamp=0
-    ) as w:
-        w.append(RECORDS[:5])
-        raise RuntimeError("cut short")
+    def cut_short() -> None:
+        with SnapshotWriter(tmp_path, SnapshotId(5, 0), last_contained_timestamp=0) as w:
+            w.append(RECORDS[:5])
+            raise RuntimeError("cut short")
+
+    with pytest.raises(RuntimeError):
+        cut_short()
     assert list_snapshots(tmp_path) == []
     assert list(snapshot_dir(tmp_path).iterdir()) == []
     # a part file left by a killed writer is not a snapshot, and the next run removes it
