@@ -7,13 +7,17 @@ process has to compile.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
+
+from cleanerd.cli import COMMANDS, cli
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -104,3 +108,51 @@ def test_after_warmup_commands_compile_nothing(
             summary = json.loads(done.stdout.splitlines()[0])
             assert summary["records_out"] < summary["records_in"]
     assert _cache_files(cache) == before
+
+
+def _imported(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run ``python -X importtime -m cleanerd ARGS``: its result and every module it imported."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cleanerd", *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    }
+    return done, modules
+
+
+@pytest.mark.parametrize("args", [("--help",), ("-h",), ("--version",)])
+def test_help_and_version_import_no_numba_and_no_aiohttp(args: tuple[str, ...]) -> None:
+    done, modules = _imported(*args)
+    assert done.returncode == 0, done.stderr
+    assert "click" in modules  # the import log was read
+    heavy = sorted(m for m in modules if m.split(".")[0] in {"numba", "aiohttp", "numpy"})
+    assert heavy == []
+    commands = sorted(m for m in modules if m.startswith("cleanerd.cli.") and m != "cleanerd.cli")
+    assert commands == ["cleanerd.cli.early_stop", "cleanerd.cli.errors"]
+
+
+def test_help_lists_every_command_with_its_short_help() -> None:
+    done, _ = _imported("--help")
+    listing = done.stdout.split("Commands:", 1)[1]
+    rows = {line.split(None, 1)[0]: line.split(None, 1)[1] for line in listing.splitlines() if line}
+    assert rows == {name: entry.short_help for name, entry in COMMANDS.items()}
+    assert rows["spark"] == "Compact or read Kafka log dirs on Spark (needs the spark extra)."
+    assert rows["warmup"].startswith("Compile every numba kernel")
+
+
+def test_every_listed_command_loads_where_its_module_exists() -> None:
+    """A wrong module or attribute in COMMANDS fails here, not in front of a user (``spark``'s
+    module comes with the Spark engine and is checked once it exists)."""
+    for name, entry in COMMANDS.items():
+        if importlib.util.find_spec(entry.module) is None:
+            assert name == "spark"
+            continue
+        command = cli.get_command(click.Context(cli), name)
+        assert isinstance(command, click.Command), name

@@ -1,15 +1,17 @@
 """The ``cleanerd`` command line: one click group, one module per command, loaded on use.
 
-A command's module is imported only when that command runs (or ``--help`` lists them all): the
-daemon's imports (numba, aiohttp) take seconds, and ``cleanerd run`` must be able to take a
-SIGTERM from its first moment (``early_stop``). Each command is wrapped by ``errors.guard`` as it
-loads, so an OS error ends every command with one line and exit 1, never a traceback.
+A command's module is imported only when that command runs; ``--help`` lists the short help
+kept in ``COMMANDS``. The daemon's imports (numba, aiohttp) take seconds, and ``cleanerd run``
+must be able to take a SIGTERM from its first moment (``early_stop``). Each command is wrapped
+by ``errors.guard`` as it loads, so an OS error ends every command with one line and exit 1,
+never a traceback.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
+from typing import NamedTuple
 
 import click
 
@@ -17,19 +19,41 @@ from cleanerd import __version__
 from cleanerd.cli import early_stop
 from cleanerd.cli.errors import guard
 
+
+class Entry(NamedTuple):
+    """Where a command lives, and the one line ``--help`` lists for it without importing it."""
+
+    module: str
+    attribute: str
+    short_help: str
+
+
 COMMANDS = {
-    "compact": ("cleanerd.cli.compact", "compact"),
-    "config": ("cleanerd.cli.config_cmd", "config_group"),
-    "ctl": ("cleanerd.cli.run", "ctl"),
-    "demo": ("cleanerd.cli.demo", "demo"),
-    "dump": ("cleanerd.cli.dump", "dump"),
-    "gen": ("cleanerd.cli.gen", "gen"),
-    "plan": ("cleanerd.cli.plan", "plan_command"),
-    "run": ("cleanerd.cli.run", "run"),
-    "verify": ("cleanerd.cli.verify", "verify"),
-    "warmup": ("cleanerd.cli.warmup", "warmup"),
+    "compact": Entry(
+        "cleanerd.cli.compact", "compact", "Compact a log dir or partition dirs, once, now."
+    ),
+    "config": Entry("cleanerd.cli.config_cmd", "config_group", "Check or show the configuration."),
+    "ctl": Entry(
+        "cleanerd.cli.run", "ctl", "Ask a running daemon: status, pause, resume, clean now."
+    ),
+    "demo": Entry("cleanerd.cli.demo", "demo", "Run the daemon on a fresh demo log dir."),
+    "dump": Entry("cleanerd.cli.dump", "dump", "Print Kafka log files, as kafka-dump-log.sh does."),
+    "gen": Entry("cleanerd.cli.gen", "gen", "Write a seeded, reproducible workload log."),
+    "plan": Entry("cleanerd.cli.plan", "plan_command", "Print each partition's cleaning plan."),
+    "run": Entry("cleanerd.cli.run", "run", "Run the compaction daemon."),
+    "spark": Entry(
+        "cleanerd.cli.spark_cmd",
+        "spark_group",
+        "Compact or read Kafka log dirs on Spark (needs the spark extra).",
+    ),
+    "verify": Entry(
+        "cleanerd.cli.verify", "verify", "Check every file of a log dir, changing nothing."
+    ),
+    "warmup": Entry(
+        "cleanerd.cli.warmup", "warmup", "Compile every numba kernel into the kernel cache."
+    ),
 }
-"""Command name -> (module, attribute)."""
+"""Command name -> where it lives and its short help (``--help`` imports no command module)."""
 
 
 class LazyGroup(click.Group):
@@ -42,11 +66,16 @@ class LazyGroup(click.Group):
         found = COMMANDS.get(cmd_name)
         if found is None:
             return None
-        module, attribute = found
-        command = getattr(importlib.import_module(module), attribute)
+        command = getattr(importlib.import_module(found.module), found.attribute)
         if not isinstance(command, click.Command):  # pragma: no cover - a wiring mistake
-            raise TypeError(f"{module}.{attribute} is not a click command")
+            raise TypeError(f"{found.module}.{found.attribute} is not a click command")
         return guard(command)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from ``COMMANDS``: click's own would import every command."""
+        rows = [(name, COMMANDS[name].short_help) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
