@@ -9,8 +9,7 @@ of the transaction state machine.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -19,10 +18,9 @@ from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
 from cleanerd.format import reader
-from cleanerd.format.codecs import DECOMPRESS_ERRORS, Compression, decompressor
 from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_CONTROL, ATTR_TRANSACTIONAL
+from cleanerd.format.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from cleanerd.format.reader import I64, U8, U64, index_batches
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.producer_state import ProducerState
@@ -36,71 +34,17 @@ def index_and_hash(arr: U8, batches: I64, path: str) -> tuple[U8, I64, U64]:
     return reader.index_and_hash(arr, batches, path=path)
 
 
-_CODECS = tuple(Compression)
-_local = threading.local()
-PAYLOAD_BUFFER_MAX = 64 << 20
-"""Decompressed payloads of a chunk go into a buffer kept per thread up to this size."""
-
-
-def _payload_buffer(size: int, keep: U8 | None = None, used: int = 0) -> U8:
-    """A buffer of at least ``size`` bytes that the thread reuses (up to a cap), holding the
-    first ``used`` bytes of ``keep``."""
-    buf: U8 | None = getattr(_local, "payload", None)
-    if buf is None or buf.shape[0] < size:
-        buf = np.empty(max(size, 2 * (buf.shape[0] if buf is not None else 0), 1 << 20), np.uint8)
-        if buf.shape[0] <= PAYLOAD_BUFFER_MAX:
-            _local.payload = buf
-    if keep is not None and keep is not buf and used:
-        buf[:used] = keep[:used]
-    return buf
-
-
 def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
-    """``(buffer, starts, ends)``: each batch's record bytes, decompressed where needed.
+    """``(buffer, starts, ends)``: each batch's record bytes, decompressed where needed
+    (``reader.lay_out`` into the buffer the calling thread reuses: valid until its next call).
 
-    Uncompressed batches are read in place (the buffer is ``arr``); otherwise every payload is
-    laid end to end in a buffer the calling thread reuses (valid until its next call), each as
-    soon as it is decompressed, while it is still in cache. The batches must have records (Kafka
-    never decompresses an empty batch). None when a payload does not decompress: the caller
-    then indexes the batches with the reader, which raises the error with its position.
+    None when a payload does not decompress: the caller then indexes the batches with the
+    reader, which raises the error with its position.
     """
-    pos = batches[:, k.B_POS]
-    starts = pos + k.HEADER_SIZE
-    ends = pos + batches[:, k.B_SIZE]
-    codecs = batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK
-    if not codecs.any():
-        return arr, starts, ends
-    mv = arr.data
-    n = batches.shape[0]
-    out_ends = np.empty(n, dtype=np.int64)
-    fns: dict[int, Callable[[bytes | memoryview], bytes]] = {}
-    buf = _payload_buffer(int((ends - starts).sum()) * 3)
-    dst = buf.data
-    q = 0
-    try:
-        for i, (lo, hi, c) in enumerate(
-            zip(starts.tolist(), ends.tolist(), codecs.tolist(), strict=True)
-        ):
-            if c == 0:
-                part: bytes | memoryview = mv[lo:hi]
-            else:
-                fn = fns.get(c)
-                if fn is None:
-                    fn = fns[c] = decompressor(_CODECS[c])
-                part = fn(mv[lo:hi])
-            size = len(part)
-            if q + size > buf.shape[0]:
-                buf = _payload_buffer(q + size, buf, q)
-                dst = buf.data
-            dst[q : q + size] = part
-            q += size
-            out_ends[i] = q
-    except (*DECOMPRESS_ERRORS, IndexError):
+    laid = reader.lay_out(arr, batches, reuse=True)
+    if laid.error is not None:
         return None
-    out_starts = np.empty(n, dtype=np.int64)
-    out_starts[0] = 0
-    out_starts[1:] = out_ends[:-1]
-    return buf, out_starts, out_ends
+    return laid.buffer, laid.starts, laid.ends
 
 
 def control_types(

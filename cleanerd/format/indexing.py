@@ -14,8 +14,9 @@ import numpy as np
 from cleanerd.format import kernels as k
 from cleanerd.format.crc import crc_reason, first_bad_crc_each
 from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE
-from cleanerd.format.scan import I64, U8, U64, Buffer, as_uint8, batch_payload
+from cleanerd.format.header import ATTR_TIMESTAMP_TYPE
+from cleanerd.format.payloads import lay_out
+from cleanerd.format.scan import I64, U8, U64, Buffer, as_uint8
 from cleanerd.format.threads import run_tasks, split_weights
 
 # With several threads, the index (and decompression) is cut into this many chunks per thread,
@@ -109,28 +110,9 @@ def _index(
     counts = column(k.B_COUNT)
     # Batches [0, usable) can be indexed; the one at ``usable`` (if any) failed before indexing
     # (its payload does not decompress, or its record count cannot be right) with ``early``.
-    usable = n
-    early: CorruptRecordError | None = None
-    parts: list[bytes | memoryview] = []
-    if not (batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any():
-        payload = arr
-        starts = batches[:, k.B_POS] + k.HEADER_SIZE
-        ends = batches[:, k.B_POS] + batches[:, k.B_SIZE]
-    else:
-        # one thread: lz4 and zstd keep the GIL for batch-sized payloads, so several threads
-        # decompress no faster than one (and the CRC loop is better run next to the index)
-        for i in range(n):
-            try:
-                parts.append(batch_payload(arr, batches[i]))
-            except CorruptRecordError as e:
-                usable, early = i, error(e.reason, i)
-                break
-        lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=usable)
-        ends = np.cumsum(lengths)
-        starts = ends - lengths
-        # lay the payloads out in a numpy buffer rather than b"".join: numpy allocates big arrays
-        # on huge pages, a bytes object of the same size pays twice as much in page faults
-        payload = np.empty(int(ends[-1]) if usable else 0, dtype=np.uint8)
+    laid = lay_out(arr, batches)
+    payload, starts, ends, usable = laid.buffer, laid.starts, laid.ends, laid.usable
+    early = None if laid.error is None else error(laid.error.reason, usable)
     bad_count = k.bad_counts(starts[:usable], ends[:usable], counts[:usable])
     if bad_count >= 0:
         usable = bad_count
@@ -159,7 +141,6 @@ def _index(
     )
     chunks = split_weights(counts[:usable], chunks_per_step, _MIN_RECORDS_PER_CHUNK)
     results = [(0, k.REC_OK, -1, -1)] * len(chunks)
-    dst = payload.data
     # The CRC check and the index run as a list of tasks, taken in order by the threads: the
     # CRC check (one task: two CRC loops fight over the GIL), then chunks of the index (the
     # kernel does not hold the GIL). Tasks record what went wrong; the first error in batch
@@ -172,9 +153,6 @@ def _index(
 
     def index_task(c: int) -> None:
         first, stop = chunks[c]
-        if parts:  # copy this chunk's payloads into place (the GIL is held; memcpy is quick)
-            for i in range(first, stop):
-                dst[int(starts[i]) : int(ends[i])] = parts[i]
         rows, err, bad, pos = k.index_records_into(*args, first, stop, int(row0[first]), first_prev)
         results[c] = int(rows), int(err), int(bad), int(pos)
 

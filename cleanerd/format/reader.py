@@ -1,8 +1,9 @@
 """Zero-copy reading of v2 batches from a buffer (bytes, memoryview, mmap or numpy array).
 
 This module is the reading side's one public name; the code lives by idea in ``scan.py`` (the
-checked batch scan), ``indexing.py`` (the record index, threaded), ``threads.py`` (its pool)
-and ``batch_view.py`` (Python objects).
+checked batch scan), ``payloads.py`` (decompressing and laying out batch payloads),
+``indexing.py`` (the record index, threaded), ``threads.py`` (its pool) and ``batch_view.py``
+(Python objects).
 
 ``scan_batches`` walks a whole buffer with the numba kernel and checks CRCs and offsets, returning
 the batch matrix and, separately, the first problem found: callers that print (``dump``) or salvage
@@ -25,16 +26,8 @@ from __future__ import annotations
 
 from cleanerd.format.batch_view import RecordBatch, decode_headers, iter_batches, records_from_index
 from cleanerd.format.indexing import index_and_hash, index_batches
-from cleanerd.format.scan import (
-    I64,
-    U8,
-    U64,
-    BatchScan,
-    Buffer,
-    as_uint8,
-    batch_payload,
-    scan_batches,
-)
+from cleanerd.format.payloads import Payloads, batch_payload, lay_out
+from cleanerd.format.scan import I64, U8, U64, BatchScan, Buffer, as_uint8, scan_batches
 
 __all__ = [
     "I64",
@@ -42,6 +35,7 @@ __all__ = [
     "U64",
     "BatchScan",
     "Buffer",
+    "Payloads",
     "RecordBatch",
     "as_uint8",
     "batch_payload",
@@ -49,6 +43,7 @@ __all__ = [
     "index_and_hash",
     "index_batches",
     "iter_batches",
+    "lay_out",
     "records_from_index",
     "scan_batches",
 ]

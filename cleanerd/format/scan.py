@@ -14,7 +14,6 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.format import kernels as k
-from cleanerd.format.codecs import Compression, decompress
 from cleanerd.format.crc import crc_reason, first_bad_crc_each
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CODEC_MASK, BatchHeader
@@ -157,15 +156,3 @@ def scan_batches(
 
 def _last_offset(batches: I64, default: int) -> int:
     return int(batches[-1, k.B_LAST_OFFSET]) if batches.shape[0] else default
-
-
-def batch_payload(arr: U8, row: npt.NDArray[np.int64]) -> bytes | memoryview:
-    """The uncompressed record bytes of one batch (a view when the batch is uncompressed)."""
-    pos = int(row[k.B_POS])
-    data = arr.data[pos + k.HEADER_SIZE : pos + int(row[k.B_SIZE])]
-    codec = Compression(int(row[k.B_ATTRIBUTES]) & ATTR_CODEC_MASK)
-    if codec == Compression.NONE:
-        return data
-    if int(row[k.B_COUNT]) == 0:
-        return b""  # Kafka never decompresses a batch with no records (DefaultRecordBatch.iterator)
-    return decompress(codec, bytes(data))
