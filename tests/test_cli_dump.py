@@ -415,14 +415,18 @@ def test_offsets_must_rise_across_segments(copy: Built, built: Built, damage: st
     for fmt in ("json", "text"):
         result = run("--format", fmt, copy.partition)
         assert result.exit_code == 1
-        where = f"{target} at byte {pos}: batch "
-        if damage == "overlap":
+        where = f"{target} at byte {pos}: "
+        if damage == "overlap":  # storage's check_offsets_across words it
             assert (
-                f"{where}offsets {value}..{value + last - base} are not below the base offset "
-                f"{bases[2]} of the next segment {segs[2].name} (last good offset {rows[-2][3]})"
+                f"{where}the segment's last batch ends at offset {value + last - base}, not below "
+                f"the base offset {bases[2]} of the next segment {segs[2].name} "
+                f"(last good offset {rows[-2][3]})"
             ) in result.stderr
-        else:
-            assert f"{where}base offset {value} is below the segment's base offset" in result.stderr
+        else:  # LogSegment.scan: offsets rise from the base offset in the file name
+            assert (
+                f"{where}offsets not increasing: batch base offset {value} follows offset "
+                f"{bases[2] - 1} (the segment's base offset is {bases[2]})"
+            ) in result.stderr
             assert "(no valid batch before it)" in result.stderr
     everything = [r["offset"] for r in lines(run("--format", "json", built.partition))]
     skipped = range(base, last + 1) if damage == "overlap" else range(bases[2], bases[3])

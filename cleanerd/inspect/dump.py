@@ -6,10 +6,10 @@ line that was valid and then raises the error that stopped it (:class:`CorruptRe
 :class:`DumpError` or a ``StorageError``), so the caller can print both.
 
 A live segment (``<base offset>.log`` in its partition dir) is also checked against its
-neighbours as ``verify`` checks it: its first batch may not start below the base offset in its
-name, and its offsets must stay below the next segment's base offset. Base offsets are not
-covered by the CRC, so a damaged one passes every batch check but these; the dump stops before
-the first batch that breaks them.
+neighbours with storage's own rules (``LogSegment.scan``: offsets rise from the base offset in
+its name; ``check_offsets_across``: they stay below the next segment's base offset). Base
+offsets are not covered by the CRC, so a damaged one passes every batch check but these; the
+dump stops before the batch that breaks them.
 """
 
 from __future__ import annotations
@@ -27,9 +27,14 @@ from cleanerd.format.header import BatchHeader
 from cleanerd.format.reader import RecordBatch, scan_batches
 from cleanerd.format.records import Record
 from cleanerd.inspect.files import FileKind, base_offset_of, map_readonly, segment_logs
+from cleanerd.inspect.segment_checks import check_segment
 from cleanerd.storage.checkpoints import read_any_checkpoint
-from cleanerd.storage.files import LOG_SUFFIX
+from cleanerd.storage.files import LOG_SUFFIX, segment_file
 from cleanerd.storage.index import OffsetIndex, TimeIndex
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.producer_snapshot import read_snapshot
+from cleanerd.storage.segment import LogSegment
+from cleanerd.storage.segment_list import check_offsets_across
 from cleanerd.storage.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
 from cleanerd.storage.txnindex import AbortedTxn
 
@@ -70,10 +75,22 @@ def files_to_dump(path: Path, kind: FileKind) -> list[tuple[Path, FileKind]]:
     return [(path, kind)]
 
 
-def dump_file(path: Path, kind: FileKind, *, batches: bool, values: bool) -> Iterator[Item]:
-    """The lines of one file (not a directory: expand those with :func:`files_to_dump`)."""
+def dump_file(
+    path: Path,
+    kind: FileKind,
+    *,
+    batches: bool,
+    values: bool,
+    records: bool = True,
+    max_bytes: int | None = None,
+) -> Iterator[Item]:
+    """The lines of one file (not a directory: expand those with :func:`files_to_dump`).
+    ``records=False`` is Kafka's shallow iteration (batch lines only); ``max_bytes`` stops a
+    ``.log`` before the first batch that does not end within that many bytes."""
     if kind is FileKind.LOG:
-        return log_items(path, batches=batches, values=values)
+        return log_items(path, batches=batches, values=values, records=records, limit=max_bytes)
+    if kind is FileKind.PRODUCER_SNAPSHOT:
+        return producer_snapshot_items(path)
     if kind is FileKind.OFFSET_INDEX:
         return offset_index_items(path)
     if kind is FileKind.TIME_INDEX:
@@ -137,73 +154,89 @@ def record_item(record: Record, batch: Item, header: BatchHeader, *, values: boo
 
 
 @functools.lru_cache(maxsize=4)
-def _live_segments(directory: Path, mtime_ns: int) -> tuple[tuple[int, str], ...]:
-    """(base offset, name) of a partition dir's segments, listed once per change of the dir
+def _live_segments(directory: Path, mtime_ns: int) -> tuple[int, ...]:
+    """Base offsets of a partition dir's segments, listed once per change of the dir
     (``mtime_ns`` is part of the key), not once per segment of a 2,000-segment dump."""
-    return tuple((base, log.name) for base, log in segment_logs(directory))
+    return tuple(base for base, _ in segment_logs(directory))
 
 
-def segment_neighbours(path: Path) -> tuple[int, tuple[int, str] | None] | None:
-    """For a live segment: its base offset, and the next segment's (base offset, name) if any;
-    None for any other ``.log`` (a ``.swap`` or ``.cleaned`` leftover, a copy elsewhere...)."""
+def live_segment(path: Path) -> tuple[LogSegment, LogSegment | None] | None:
+    """For a live segment: it and the next segment (None for the last); None for any other
+    ``.log`` (a ``.swap`` or ``.cleaned`` leftover, a copy elsewhere...). Read-only: opening a
+    ``LogSegment`` only stats and reads files."""
     base = base_offset_of(path)
-    if base is None or not path.name.endswith(LOG_SUFFIX):
+    if base is None or path.name != f"{base:020d}{LOG_SUFFIX}":
         return None
     live = _live_segments(path.parent, path.parent.stat().st_mtime_ns)
-    if (base, path.name) not in live:
+    if base not in live:
         return None
-    return base, next(((b, name) for b, name in live if b > base), None)
+    config = LogConfig()
+    following = next((b for b in live if b > base), None)
+    return LogSegment(path.parent, base, config), (
+        None if following is None else LogSegment(path.parent, following, config)
+    )
 
 
-def _offset_error(header: BatchHeader, bounds: tuple[int, tuple[int, str] | None]) -> str | None:
-    """Why the batch breaks the rising offsets across segments, or None."""
-    base, following = bounds
-    if header.base_offset < base:
-        return (
-            f"batch base offset {header.base_offset} is below the segment's base offset {base} "
-            "(its file name)"
-        )
-    if following is not None and header.last_offset >= following[0]:
-        return (
-            f"batch offsets {header.base_offset}..{header.last_offset} are not below the base "
-            f"offset {following[0]} of the next segment {following[1]}"
-        )
+def _across_error(pair: tuple[LogSegment, LogSegment | None]) -> CorruptRecordError | None:
+    """Storage's rule that a segment's offsets stay below the next one's base offset."""
+    seg, following = pair
+    if following is None:
+        return None
+    try:
+        check_offsets_across([seg, following])
+    except CorruptRecordError as exc:
+        return exc
     return None
 
 
-def log_items(path: Path, *, batches: bool, values: bool) -> Iterator[Item]:
+def log_items(
+    path: Path, *, batches: bool, values: bool, records: bool = True, limit: int | None = None
+) -> Iterator[Item]:
     """Batch lines (optional) and record lines of a ``.log``; raises at the first bad batch.
 
     A batch's records are decoded before anything of it is yielded, so a batch whose records do
     not decode is reported as the error instead of being half printed. A live segment's
     batches must also lie between its base offset and the next segment's (see the module doc).
+    With ``limit``, a batch that does not end within ``limit`` bytes ends the dump quietly.
     """
     where = str(path)
     arr = map_readonly(path)
-    scan = scan_batches(arr, path=where)
-    bounds = segment_neighbours(path)
+    view = arr if limit is None else arr[:limit]
+    pair = live_segment(path)
+    scan = scan_batches(view, path=where) if pair is None else pair[0].scan(view=view)
+    across = None if pair is None else _across_error(pair)
+    if across is not None and (across.position is None or across.position >= scan.end):
+        across = None  # a problem the scan reports itself, or one past the limit
     last_good = -1
     for i in range(len(scan)):
         header = scan.header(i)
         position = int(scan.batches[i, k.B_POS])
-        reason = None if bounds is None else _offset_error(header, bounds)
-        if reason is not None:
+        if across is not None and position >= int(across.position or 0):
             raise CorruptRecordError(
-                reason, path=where, position=position, last_good_offset=last_good
+                across.reason, path=where, position=position, last_good_offset=last_good
             )
         fields = batch_fields(header, position)
-        batch = RecordBatch(arr, scan.batches[i], header, where)
-        try:
-            lines = [record_item(r, fields, header, values=values) for r in batch.records()]
-        except CorruptRecordError as exc:
-            raise CorruptRecordError(
-                exc.reason, path=where, position=batch.position, last_good_offset=last_good
-            ) from exc
-        if batches:
+        if batches or not records:
             yield {"type": "batch", **fields}
-        yield from lines
+        if records:
+            batch = RecordBatch(arr, scan.batches[i], header, where)
+            try:
+                lines = [record_item(r, fields, header, values=values) for r in batch.records()]
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(
+                    exc.reason, path=where, position=batch.position, last_good_offset=last_good
+                ) from exc
+            yield from lines
         last_good = header.last_offset
-    scan.raise_error()
+    error = scan.error
+    if error is None or (limit is not None and limit < len(arr) and error.is_truncation):
+        return
+    if pair is not None and not len(scan):  # the scan counted the base offset as the last good
+        hint = f" (the segment's base offset is {pair[0].base_offset})"
+        order = error.reason.startswith("offsets not increasing")
+        reason = error.reason + (hint if order else "")
+        raise CorruptRecordError(reason, path=where, position=error.position)
+    raise error
 
 
 # --- indexes and checkpoints --------------------------------------------------------------------
@@ -262,7 +295,57 @@ def txn_index_items(path: Path) -> Iterator[Item]:
     _check_tail(path, TXN_ENTRY_SIZE)
 
 
+def index_sanity(path: Path, kind: FileKind) -> str:
+    """Kafka's ``--index-sanity-check``: the check a broker runs on start-up to decide whether
+    to rebuild the index. The line to print; CorruptIndexError when it fails."""
+    index = OffsetIndex(path, _base(path)) if kind is FileKind.OFFSET_INDEX else None
+    if index is not None and index.entries == 0:
+        return f"{path} is empty."
+    (index or TimeIndex(path, _base(path))).sanity_check()
+    return f"{path} passed sanity check."
+
+
+def index_problems(path: Path) -> list[str]:
+    """What ``verify`` finds wrong with this ``.index``/``.timeindex`` checked against its
+    segment's ``.log`` (Kafka's ``--verify-index-only``); DumpError when there is no such log."""
+    base = _base(path)
+    log = segment_file(path.parent, base, LOG_SUFFIX)
+    if not log.is_file():
+        raise DumpError(f"{path}: no {log.name} beside it to verify the index against")
+    target = path.resolve()
+    return [
+        problem.message
+        for problem in check_segment(path.parent, base).problems
+        if Path(problem.file).resolve() == target
+    ]
+
+
 def checkpoint_items(path: Path) -> Iterator[Item]:
     """Rows of a checkpoint file; the kind comes from the name (CheckpointError if it is bad)."""
     for row in read_any_checkpoint(path):
         yield {"type": "checkpoint", **row}
+
+
+def producer_snapshot_items(path: Path) -> Iterator[Item]:
+    """A producer-state ``.snapshot``'s entries; ``batch`` is None when it keeps none (Kafka
+    prints the last batch's fields only then)."""
+    for e in read_snapshot(path):
+        yield {
+            "type": "producer_snapshot",
+            "producer_id": e.producer_id,
+            "producer_epoch": e.epoch,
+            "coordinator_epoch": e.coordinator_epoch,
+            "current_txn_first_offset": None
+            if e.current_txn_first_offset < 0
+            else e.current_txn_first_offset,
+            "last_timestamp": e.timestamp,
+            "batch": None
+            if e.last_offset < 0
+            else {
+                "first_sequence": e.first_sequence,
+                "last_sequence": e.last_sequence,
+                "last_offset": e.last_offset,
+                "offset_delta": e.offset_delta,
+                "timestamp": e.timestamp,
+            },
+        }

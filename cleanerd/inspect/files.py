@@ -20,6 +20,7 @@ from cleanerd.storage.files import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
@@ -39,6 +40,7 @@ class FileKind(enum.Enum):
     TIME_INDEX = "time_index"
     TXN_INDEX = "txn_index"
     CHECKPOINT = "checkpoint"
+    PRODUCER_SNAPSHOT = "producer_snapshot"
     PARTITION_DIR = "partition_dir"
 
 
@@ -103,6 +105,8 @@ def classify(path: Path) -> FileKind:
         return FileKind.CHECKPOINT
     if name.endswith(LOG_SUFFIX):
         return FileKind.LOG
+    if name.endswith(SNAPSHOT_SUFFIX):
+        return FileKind.PRODUCER_SNAPSHOT
     kinds = {
         INDEX_SUFFIX: FileKind.OFFSET_INDEX,
         TIME_INDEX_SUFFIX: FileKind.TIME_INDEX,
@@ -116,6 +120,7 @@ def classify(path: Path) -> FileKind:
                 )
             return kind
     raise UnknownFileKindError(
-        f"{path}: unknown file kind; expected a .log, .index, .timeindex or .txnindex file, "
+        f"{path}: unknown file kind; expected a .log, .index, .timeindex, .txnindex or "
+        ".snapshot file, "
         f"a partition dir, or one of: {', '.join(_CHECKPOINT_NAMES)}"
     )

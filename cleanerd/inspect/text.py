@@ -56,8 +56,10 @@ def _bytes_text(text: object, hex_text: object) -> str:
     return str(text) if text is not None else f"hex:{hex_text}"
 
 
-def record_line(r: Mapping[str, object]) -> str:
-    """Kafka's ``| offset: ...`` line; the key is always shown, the value only with --values."""
+def record_line(r: Mapping[str, object], *, kafka: bool = False) -> str:
+    """Kafka's ``| offset: ...`` line; the key is always shown, the value only with --values.
+    ``kafka``: as Kafka's tool prints it, key and payload only with the value (--print-data-log)
+    and a null key or payload left out."""
     batch = r["batch"]
     assert isinstance(batch, dict)
     headers = r["headers"]
@@ -76,6 +78,8 @@ def record_line(r: Mapping[str, object]) -> str:
         if "coordinator_epoch" in r:
             return f"{line} endTxnMarker: {control} coordinatorEpoch: {r['coordinator_epoch']}"
         return f"{line} controlType: {control}"
+    if kafka:
+        return line + _kafka_data(r)
     line += f" key: {_bytes_text(r['key'], key_hex)}"
     if "value" in r:
         if r["value_len"] == -1:
@@ -85,11 +89,52 @@ def record_line(r: Mapping[str, object]) -> str:
     return line
 
 
+def _kafka_data(r: Mapping[str, object]) -> str:
+    if "value" not in r:
+        return ""
+    key = "" if r["key_hex"] is None else f" key: {_bytes_text(r['key'], r['key_hex'])}"
+    if r["value_len"] == -1:
+        return key
+    return f"{key} payload: {_bytes_text(r['value'], r.get('value_hex', ''))}"
+
+
+def _optional_long(value: object) -> str:
+    """Java's ``OptionalLong`` text, as Kafka prints a snapshot's open transaction."""
+    return "OptionalLong.empty" if value is None else f"OptionalLong[{value}]"
+
+
+def producer_snapshot_line(e: Mapping[str, object]) -> str:
+    """Kafka's line for one entry of a producer-state ``.snapshot``."""
+    line = (
+        f"producerId: {e['producer_id']} producerEpoch: {e['producer_epoch']}"
+        f" coordinatorEpoch: {e['coordinator_epoch']}"
+        f" currentTxnFirstOffset: {_optional_long(e['current_txn_first_offset'])}"
+        f" lastTimestamp: {e['last_timestamp']}"
+    )
+    batch = e["batch"]
+    if isinstance(batch, dict):
+        line += (
+            f" firstSequence: {batch['first_sequence']} lastSequence: {batch['last_sequence']}"
+            f" lastOffset: {batch['last_offset']} offsetDelta: {batch['offset_delta']}"
+            f" timestamp: {batch['timestamp']}"
+        )
+    return line
+
+
+def kafka_item_line(item: Item) -> str:
+    """A dump item as Kafka's tool prints it (its --files, --deep-iteration... options)."""
+    if item["type"] == "record":
+        return record_line(item, kafka=True)
+    return item_line(item)
+
+
 def item_line(item: Item) -> str:
     """Any dump item as one text line."""
     kind = item["type"]
     if kind == "record":
         return record_line(item)
+    if kind == "producer_snapshot":
+        return producer_snapshot_line(item)
     if kind == "batch":
         return batch_line(item)
     if kind == "offset_index":
