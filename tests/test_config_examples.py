@@ -4,23 +4,32 @@ the settings the code knows, each with its default, when a setting is added."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from cleanerd.cli import cli
 from cleanerd.cli.config_cmd import config_group
 from cleanerd.config import FIELDS, LISTEN, load_config
 from cleanerd.config_sources import ALIASES, DAEMON_DEFAULTS, TIME_SYNONYMS
 from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS, TOPIC_SETTINGS
+from cleanerd.workload import WorkloadSpec, generate
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"
 TOML = CONFIG / "cleanerd.toml"
 PROPERTIES = CONFIG / "cleanerd.properties"
 TOPIC_EXAMPLES = sorted((CONFIG / "topics").glob("*.toml"))
 # `name = value` or `# name = value`, bare or quoted, at the start of a line
+START_MS = 1_700_000_000_000  # the generated records' first timestamp
+HOUR_MS = 3_600_000
 ASSIGNMENT = re.compile(r'^\s*(#\s*)?"?([a-z][a-z0-9_.-]*)"?\s*=\s*(\S.*)$')
 
 
@@ -107,6 +116,22 @@ def test_each_topic_example_passes_beside_the_properties_example(
     assert out.splitlines() == ["config ok"]
 
 
+def test_the_installed_command_checks_the_examples_as_the_readme_says(tmp_path: Path) -> None:
+    """The same check through the ``cleanerd`` entry point, as an operator runs it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}
+    for example in TOPIC_EXAMPLES:
+        args = ["config", "check", "--kafka-properties", str(PROPERTIES), "--config", str(example)]
+        result = subprocess.run(
+            [sys.executable, "-m", "cleanerd", *args, "--set", f"log.dirs={tmp_path}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+        assert (result.returncode, result.stdout, result.stderr) == (0, "config ok\n", "")
+
+
 def test_there_are_the_three_topic_examples() -> None:
     assert [p.name for p in TOPIC_EXAMPLES] == ["cdc.toml", "gdpr.toml", "versioned.toml"]
 
@@ -147,6 +172,58 @@ def test_the_versioned_example_keeps_the_highest_version_header() -> None:
     assert settings["cleanup.policy"] == "compact"
     assert settings["compaction.strategy"] == "header"
     assert settings["compaction.strategy.header"] == "version"  # blank would mean "offset"
+
+
+@pytest.fixture(scope="module")
+def example_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A log dir with a partition of each example's topic and one of a topic none names."""
+    logdir = tmp_path_factory.mktemp("logs")
+    for topic in [*map(_documented_topic, TOPIC_EXAMPLES), "unrelated"]:
+        spec = WorkloadSpec(topic=topic, records=400, keys=40, records_per_batch=20)
+        generate(logdir, dataclasses.replace(spec, segment_bytes=8000, start_timestamp=START_MS))
+    return logdir
+
+
+def plan(logdir: Path, example: Path, now_ms: int) -> tuple[dict[str, dict[str, Any]], str]:
+    """``cleanerd plan --config example``: the plan of each partition, and stderr."""
+    args = ["plan", str(logdir), "--config", str(example), "--now", str(now_ms)]
+    result = CliRunner().invoke(cli, [*args, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    rows = (json.loads(line) for line in result.stdout.splitlines())
+    return {row["partition"]: row for row in rows}, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "strategy"),
+    [("gdpr.toml", "offset"), ("cdc.toml", "timestamp"), ("versioned.toml", "header")],
+)
+def test_each_topic_example_plans_its_topic_and_leaves_the_others(
+    example_logs: Path, name: str, strategy: str
+) -> None:
+    """What the daemon would do with the example: its topic compacted with its strategy, a
+    topic it does not name left alone (Kafka's default policy, delete)."""
+    example = CONFIG / "topics" / name
+    partition = f"{_documented_topic(example)}-0"
+    plans, err = plan(example_logs, example, START_MS + 2 * 24 * HOUR_MS)
+    assert set(plans) == {partition}
+    assert plans[partition]["strategy"] == strategy
+    assert "skipped unrelated-0: cleanup.policy=delete" in err
+
+
+def test_the_gdpr_example_makes_a_log_overdue_after_its_lag(example_logs: Path) -> None:
+    """A day after the records were written the log must be cleaned first (KIP-354), not
+    before: the deadline the example promises is the scheduler's."""
+    example = CONFIG / "topics" / "gdpr.toml"
+    partition = f"{_documented_topic(example)}-0"
+    lag = int(
+        show_topic(_documented_topic(example), "--config", str(example))["max.compaction.lag.ms"]
+    )
+    early, _ = plan(example_logs, example, START_MS + lag // 2)
+    assert early[partition]["must_clean_ratio"] == 0.0
+    assert early[partition]["compaction_delay_ms"] == 0
+    late, _ = plan(example_logs, example, START_MS + lag + HOUR_MS)
+    assert late[partition]["must_clean_ratio"] == 1.0  # every cleanable byte is overdue
+    assert late[partition]["compaction_delay_ms"] > HOUR_MS // 2
 
 
 def test_the_names_map_and_the_defaults_cover_the_same_daemon_settings() -> None:
