@@ -264,3 +264,19 @@ def test_the_example_environment_file_is_accepted_by_the_daemon() -> None:
     expanded = {w[1:] for w in _exec("ExecStart") if w.startswith("$")}
     assert expanded <= set(example)
     assert not any(name.startswith("CLEANERD_") for name in expanded)
+
+
+def test_an_invalid_config_is_not_restarted_in_a_loop(tmp_path: Path) -> None:
+    """RestartPreventExitStatus= names the code ``cleanerd run`` exits with on a bad config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}
+    result = subprocess.run(
+        [str(VENV_CLEANERD), "run", "--set", "log.cleaner.threads=-1"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert "log.cleaner.threads" in result.stderr
+    assert str(result.returncode) in _one("RestartPreventExitStatus").split()
