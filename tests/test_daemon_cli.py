@@ -173,8 +173,21 @@ def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None
     assert all(verdict == "survivors match the writer's model" for _, verdict in checked)
     assert f"http://127.0.0.1:{port}/metrics" in result.stdout
     assert (directory / "cleanerd-demo.toml").is_file()
+    # stdout is a pipe: the kernels line comes first, then progress lines, not silence
+    out = result.stdout.splitlines()
+    preparing = out.index(
+        "preparing kernels (the first run after an install compiles them for ~30 s) ..."
+    )
+    ready = next(i for i, x in enumerate(out) if re.fullmatch(r"kernels ready in \d+ s", x))
+    progress = [i for i, x in enumerate(out) if re.match(r"\d+s  writer: \d+ records \(", x)]
+    assert preparing < ready < progress[0]
+    assert "cleaner: " in out[progress[0]]
+    assert " KiB " in result.stdout  # sizes for people in IEC units
+    assert " kB " not in result.stdout
+    # the JSON log the demo points at holds the daemon's info lines
     lines = [json.loads(x) for x in (directory / "cleanerd-demo.log").read_text().splitlines()]
-    assert all(line["level"] in ("warning", "error") for line in lines)  # demo logs warnings only
+    assert any(line["event"] == "cleanerd ready" and line["level"] == "info" for line in lines)
+    assert f"daemon log (JSON lines, info level): {directory / 'cleanerd-demo.log'}" in out
     # a second run wipes the demo dir it made, but never a dir it did not make
     other = tmp_path / "mine"
     other.mkdir()

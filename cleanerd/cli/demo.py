@@ -7,6 +7,12 @@ and compacts it (KIP-354). The demo's config is written next to the data
 (``<DIR>/cleanerd-demo.toml``) so ``cleanerd run --config`` can run on the same dir afterwards.
 At the end the log is checked against the writer's model: the last record of every key must be
 the value the writer last wrote.
+
+What it says while it runs: a line before the numba kernels are first used (a fresh install
+compiles them, ~30 s, before anything else happens: they are prepared on a small throwaway log
+first), then a live table on a terminal, or a progress line every few seconds when stdout is a
+pipe or a file, and the final table. The daemon's own log goes to ``<DIR>/cleanerd-demo.log``
+as JSON lines at info level. Sizes for people are IEC (KiB, MiB).
 """
 
 from __future__ import annotations
@@ -14,18 +20,20 @@ from __future__ import annotations
 import asyncio
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import click
 from rich import box
 from rich.console import Console, Group
-from rich.filesize import decimal
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from cleanerd.cli.config_cmd import load_from_options
+from cleanerd.cli.plan import iec_size
+from cleanerd.compaction.one_shot import compact_directory
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.config_sources import join_listen
 from cleanerd.service.daemon import Daemon, StartupError
@@ -34,6 +42,7 @@ from cleanerd.service.runner import run_async
 from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LOCK_FILE, LogDir
+from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.workload.check import check_survivors
 from cleanerd.workload.live import LiveWriter
 
@@ -42,6 +51,7 @@ MARKER = ".cleanerd-demo"
 
 IDLE_TOPIC = "sessions"
 IDLE_LAG_MS = 15_000
+PROGRESS_EVERY_S = 5.0  # a progress line this often when stdout is not a terminal
 
 
 def _config_text(directory: Path, listen: str) -> str:
@@ -109,21 +119,30 @@ def _table(snap: DaemonSnapshot, url: str, writer: LiveWriter, started: float) -
         table.add_row(
             str(p.tp),
             "uncleanable" if p.uncleanable else p.state.value,
-            decimal(p.size_bytes),
+            iec_size(p.size_bytes),
             f"{p.dirty_ratio:.2f}",
             f"{p.must_clean_ratio:.2f}",
             f"{p.compaction_delay_ms / 1000:.1f}s",
             _age(snap.now_ms, p.last_clean_ms),
             str(p.cleanings),
         )
-    t = snap.totals
     footer = Text(
-        f"{time.monotonic() - started:.0f}s  writer: {writer.records_written} records "
-        f"({writer.tombstones_written} deletes)  cleaner: {t.cleanings} cleanings, "
-        f"{t.records_removed} records removed, {t.segments_rolled} idle segments rolled\n"
+        f"{_progress(snap, writer, started)}\n"
         f"metrics: {url}/metrics   status: {url}/status   Ctrl-C stops"
     )
     return Group(table, footer)
+
+
+def _progress(snap: DaemonSnapshot, writer: LiveWriter, started: float) -> str:
+    """One line: time, what the writer wrote, what the cleaner did."""
+    t = snap.totals
+    to_clean = sum(1 for p in snap.partitions if p.cleanable)
+    return (
+        f"{time.monotonic() - started:.0f}s  writer: {writer.records_written} records "
+        f"({writer.tombstones_written} deletes)  cleaner: {t.cleanings} cleanings, "
+        f"{t.records_removed} records removed, {t.segments_rolled} idle segments rolled, "
+        f"{to_clean} of {len(snap.partitions)} partitions to clean"
+    )
 
 
 async def _show(daemon: Daemon, writer: LiveWriter, url: str, duration: float | None) -> None:
@@ -137,12 +156,18 @@ async def _show(daemon: Daemon, writer: LiveWriter, url: str, duration: float | 
                     daemon.request_stop("demo duration reached")
                     return
                 await asyncio.sleep(0.5)
+    # piped or redirected: no live table, but a line every few seconds (and one at once); the
+    # final table gets room for its columns instead of the 80 of an unknown width
+    console = Console(width=max(console.width, 140))
+    click.echo(f"demo running; progress every {PROGRESS_EVERY_S:.0f} s, the table at the end")
     while True:
-        await asyncio.sleep(5.0)
-        if duration is not None and time.monotonic() - started >= duration:
+        click.echo(_progress(daemon.snapshot(), writer, started))
+        left = None if duration is None else duration - (time.monotonic() - started)
+        if left is not None and left <= 0:
             console.print(_table(daemon.snapshot(), url, writer, started))
             daemon.request_stop("demo duration reached")
             return
+        await asyncio.sleep(PROGRESS_EVERY_S if left is None else min(PROGRESS_EVERY_S, left))
 
 
 @click.command()
@@ -187,7 +212,10 @@ def _run_demo(
     config_file = directory / "cleanerd-demo.toml"
     config_file.write_text(_config_text(directory, listen))
     loaded = load_from_options(config_file, None, ())
-    configure_logging("json", "warning", stream=open(directory / "cleanerd-demo.log", "a"))  # noqa: SIM115
+    log_file = directory / "cleanerd-demo.log"
+    configure_logging("json", "info", stream=open(log_file, "a"))  # noqa: SIM115
+    click.echo(f"daemon log (JSON lines, info level): {log_file}")
+    _prepare_kernels(loaded)
     writer = LiveWriter(directory, ("orders", "users"), partitions=2, keys=2000, rate=rate, seed=1)
     idle = LiveWriter(directory, (IDLE_TOPIC,), keys=300, rate=None, seed=2)
     idle.step(40)  # one burst, then silence: only an idle roll gets it compacted
@@ -218,6 +246,26 @@ def _run_demo(
         idle.close()
     _report(directory, writer, idle)
     raise SystemExit(code)
+
+
+def _prepare_kernels(loaded: LoadedConfig) -> None:
+    """Compile the numba kernels the writer and the cleaner use (or load them from numba's
+    cache) on a small throwaway log, saying so: on a fresh install that takes about 30 s, which
+    would otherwise pass in silence before the first line of the table."""
+    click.echo("preparing kernels (the first run after an install compiles them for ~30 s) ...")
+    started = time.monotonic()
+    settings = loaded.config.topic_settings("orders")
+    with tempfile.TemporaryDirectory(prefix="cleanerd-demo-kernels-") as tmp:
+        with LiveWriter(Path(tmp), ("kernels",), keys=50, rate=None, seed=3) as w:
+            w.step(80)  # several small segments, updates and deletes: something to clean
+        compact_directory(
+            Path(tmp) / "kernels-0",
+            settings.log,
+            settings.cleaner,
+            settings.strategy,
+            wall_clock_ms(),
+        )
+    click.echo(f"kernels ready in {time.monotonic() - started:.0f} s")
 
 
 def _report(directory: Path, *writers: LiveWriter) -> None:
