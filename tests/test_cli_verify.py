@@ -357,7 +357,7 @@ def test_overlapping_segments(part: Path) -> None:
     assert any(
         p["check"] == "offsets"
         and p["file"] == str(first)
-        and f"last offset {last}" in p["message"]
+        and f"last batch ends at offset {last}" in p["message"]
         for p in found
     )
 

@@ -31,6 +31,7 @@ from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
+from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.swap import leftover_temp_files
 
 LOG_DIR = "log_dir"
@@ -241,7 +242,8 @@ def _check_txn_indexes(directory: Path, bases: list[int], report: PartitionRepor
 
 
 def _check_across_segments(report: PartitionReport) -> None:
-    """Offsets increase across segments: each segment's offsets stay below the next base.
+    """Offsets rise across segments (storage's rule, ``segment_list.offsets_overlap``), checked
+    on every pair and reported for each, where the cleaner stops at the first.
 
     With ``check_segment``'s "first batch >= base offset" this also makes every segment's first
     offset exceed the previous segment's last one.
@@ -249,14 +251,9 @@ def _check_across_segments(report: PartitionReport) -> None:
     prev_last: int | None = None  # last offset of the last segment that had batches
     prev_path: Path | None = None
     for seg in report.segments:
-        if prev_last is not None and prev_path is not None and prev_last >= seg.base_offset:
-            report.own_problems.append(
-                Problem(
-                    str(prev_path),
-                    "offsets",
-                    f"last offset {prev_last} is not below the base offset "
-                    f"{seg.base_offset} of the next segment {seg.path.name}",
-                )
-            )
+        if prev_last is not None and prev_path is not None:
+            problem = offsets_overlap(prev_last, seg.base_offset, seg.path.name)
+            if problem is not None:
+                report.own_problems.append(Problem(str(prev_path), "offsets", problem))
         if seg.last_offset is not None:
             prev_last, prev_path = seg.last_offset, seg.path

@@ -52,14 +52,26 @@ def check_offsets_across(segments: Sequence[LogSegment]) -> None:
         scan = seg.scan(check_crc=False)
         if scan.error is not None:  # nothing is cut short at the end of an inactive segment
             raise scan.error
-        if len(scan) and int(scan.batches[-1, k.B_LAST_OFFSET]) >= following.base_offset:
+        if not len(scan):
+            continue
+        last = int(scan.batches[-1, k.B_LAST_OFFSET])
+        problem = offsets_overlap(last, following.base_offset, following.log_path.name)
+        if problem is not None:
             raise CorruptRecordError(
-                f"the segment's last batch ends at offset {int(scan.batches[-1, k.B_LAST_OFFSET])}"
-                f", not below the base offset {following.base_offset} of the next segment "
-                f"{following.log_path.name}",
-                path=str(seg.log_path),
-                position=int(scan.batches[-1, k.B_POS]),
+                problem, path=str(seg.log_path), position=int(scan.batches[-1, k.B_POS])
             )
+
+
+def offsets_overlap(last_offset: int, next_base: int, next_name: str) -> str | None:
+    """Offsets rise across segments: a segment's last offset must be below the next segment's
+    base offset. What is wrong when it is not (None when it is), for every reader that checks
+    it: the cleaner (``check_offsets_across``), ``cleanerd verify`` and ``cleanerd dump``."""
+    if last_offset < next_base:
+        return None
+    return (
+        f"the segment's last batch ends at offset {last_offset}, not below the base offset "
+        f"{next_base} of the next segment {next_name}"
+    )
 
 
 def open_segment(
