@@ -54,7 +54,7 @@ def build_session(
 def _register_sources(session: SparkSession) -> None:
     """Register the ``kafka-log`` data source once it exists (cleanerd/spark/datasource.py)."""
     try:
-        from cleanerd.spark.datasource import (  # type: ignore[import-not-found,unused-ignore]  # noqa: PLC0415
+        from cleanerd.spark.datasource import (  # noqa: PLC0415 (needs pyspark, checked above)
             KafkaLogDataSource,
         )
     except ModuleNotFoundError as e:

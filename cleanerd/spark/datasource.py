@@ -1,0 +1,167 @@
+"""The ``kafka-log`` data source: Kafka log dirs read by Spark's Python Data Source API.
+
+``spark.read.format("kafka-log").load(LOGDIR)`` (or ``read_log``) plans one input partition
+per segment, or per range of a big segment cut at its ``.index`` positions; the tasks read
+their range into Arrow batches (``segment_read``). ``readStream`` follows a live log dir
+(``stream``). Sessions from ``session.build_session`` register it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    Filter,
+    InputPartition,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    IntegerType,
+    LongType,
+    ShortType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from cleanerd.spark.planning import SegmentRange, plan
+from cleanerd.spark.pushdown import push
+from cleanerd.spark.read import ReadOptions, parse_options
+from cleanerd.spark.segment_read import RangeStats, ReadSpec, read_range
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cleanerd.spark.metrics import ReadMetrics
+
+NAME = "kafka-log"
+
+
+def spark_schema() -> StructType:
+    """The columns of a read (``columns.ARROW_SCHEMA`` is the same in Arrow's terms)."""
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    return StructType(
+        [
+            StructField("topic", StringType()),
+            StructField("partition", IntegerType()),
+            StructField("offset", LongType()),
+            StructField("timestamp", TimestampType()),
+            StructField("timestamp_type", StringType()),
+            StructField("key", BinaryType()),
+            StructField("value", BinaryType()),
+            StructField("headers", ArrayType(header)),
+            StructField("producer_id", LongType()),
+            StructField("producer_epoch", ShortType()),
+            StructField("sequence", IntegerType()),
+            StructField("transactional", BooleanType()),
+            StructField("is_control", BooleanType()),
+            StructField("control_type", StringType()),
+            StructField("leader_epoch", IntegerType()),
+            StructField("segment", LongType()),
+            StructField("record_bytes", IntegerType()),
+        ]
+    )
+
+
+class RangePartition(InputPartition):
+    """One task: a byte range of a segment."""
+
+    def __init__(self, segment_range: SegmentRange) -> None:
+        super().__init__(segment_range)
+        self.range = segment_range
+
+
+def read_ranges(
+    ranges: Sequence[SegmentRange], spec: ReadSpec, metrics: ReadMetrics | None
+) -> Iterator[Any]:
+    """A task's Arrow batches; its counts go to ``metrics`` even when the read fails."""
+    for r in ranges:
+        stats = RangeStats()
+        try:
+            yield from read_range(r, spec, stats)
+        finally:
+            if metrics is not None:
+                metrics.add(stats)
+
+
+class KafkaLogReader(DataSourceReader):
+    """Batch reader: plans ranges on the driver, reads one range per task."""
+
+    def __init__(self, options: ReadOptions, metrics: ReadMetrics | None) -> None:
+        self.options = options
+        self.metrics = metrics
+        self.bounds = options.bounds()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        self.bounds, rejected = push(self.bounds, filters)
+        yield from rejected
+
+    def partitions(self) -> Sequence[InputPartition]:
+        ranges = plan(
+            Path(self.options.path),
+            self.bounds,
+            max_bytes=self.options.max_segment_bytes_per_task,
+            committed=self.options.committed,
+        )
+        return [RangePartition(r) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if not isinstance(partition, RangePartition):
+            if partition.value is None:  # Spark's stand-in when nothing was planned
+                return iter(())
+            raise TypeError(f"kafka-log: unexpected input partition {partition!r}")
+        return read_ranges([partition.range], self.options.spec(self.bounds), self.metrics)
+
+
+class KafkaLogDataSource(DataSource):
+    """``format("kafka-log")``: see the module docstring and ``read.OPTION_NAMES``."""
+
+    metrics: ClassVar[ReadMetrics | None] = None
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> StructType:
+        return spark_schema()
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return KafkaLogReader(parse_options(self.options), self.metrics)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        from cleanerd.spark.stream import KafkaLogStreamReader  # noqa: PLC0415 (streaming only)
+
+        return KafkaLogStreamReader(parse_options(self.options), self.metrics)
+
+
+_counted = itertools.count(1)
+
+
+def source_for(spark: SparkSession, metrics: ReadMetrics | None) -> str:
+    """The format name to read with: ``kafka-log``, or with ``metrics`` a subclass registered
+    under a name of its own whose tasks add to them (the class travels to the executors by
+    value, accumulators included: data source options can only carry strings)."""
+    if metrics is None:
+        spark.dataSource.register(KafkaLogDataSource)
+        return NAME
+    counted_name = f"{NAME}-counted-{next(_counted)}"
+
+    def name(cls: type[KafkaLogDataSource]) -> str:
+        return counted_name
+
+    counted = type(
+        "CountedKafkaLogDataSource",
+        (KafkaLogDataSource,),
+        {"metrics": metrics, "name": classmethod(name), "__module__": "__counted__"},
+    )
+    spark.dataSource.register(counted)
+    return counted_name
