@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -190,8 +191,13 @@ def test_json_fields(tmp_path: Path) -> None:
     for line in lines:
         for field in ("records_in", "records_out", "bytes_in", "bytes_out", "passes", "seconds"):
             assert isinstance(line[field], int | float)
-        for field in ("mb_per_s", "tombstones_removed", "markers_removed", "first_offset"):
+        for field in ("bytes_per_s", "tombstones_removed", "markers_removed", "first_offset"):
             assert field in line
+        # numba's first-call compilation is reported apart from the cleaning time
+        assert isinstance(line["compile_seconds"], float)
+        assert isinstance(line["kernels_compiled"], int)
+        # bytes and seconds in JSON: no MB figure
+        assert not [name for name in line if "mb" in name.split("_")]
         assert line["dry_run"] is False
         assert line["strategy"] == "offset"
         assert line["records_in"] - line["records_out"] == line["records_removed"] > 0
@@ -211,6 +217,9 @@ def test_text_output(tmp_path: Path) -> None:
     assert "demo-0" in out
     assert "tomb" in out
     assert "1 partitions" in out
+    # sizes for people in IEC units only
+    assert re.search(r"\d (KiB|MiB)", out)
+    assert not re.search(r"\d ?(kB|MB|GB)\b", out)
 
 
 def test_dry_run_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:

@@ -104,8 +104,10 @@ def test_after_warmup_commands_compile_nothing(
     ):  # fmt: skip
         done = _cleanerd(*args, env=env)
         assert done.returncode == 0, (args, done.stderr)
-        if args[1:3] == (str(logdir), "--roll-active"):  # the first compaction: work done
+        if args[0] == "compact":  # and it says so itself
             summary = json.loads(done.stdout.splitlines()[0])
+            assert (summary["kernels_compiled"], summary["compile_seconds"]) == (0, 0.0)
+        if args[1:3] == (str(logdir), "--roll-active"):  # the first compaction: work done
             assert summary["records_out"] < summary["records_in"]
     assert _cache_files(cache) == before
 

@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction.stats import MB, CleanerStats, PreCleanStats
+from cleanerd.compaction.cleaner import Cleaner
+from cleanerd.compaction.engine import plan_log
+from cleanerd.compaction.offset_map import OffsetMap
+from cleanerd.compaction.stats import CleanerStats, PreCleanStats
+from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.format.records import Record
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+
+MB = 1024 * 1024  # Kafka's MB in its log message
 
 
 class FakeClock:
@@ -31,7 +43,13 @@ def one_pass(clock: FakeClock, map_s: float = 1.0, clean_s: float = 3.0) -> Clea
     stats.recopy_messages(1000, 2 * MB)
     stats.invalid_message()
     stats.invalid_message(2)
-    stats.add(tombstones_removed=5, markers_removed=1, batches_copied=3, batches_rebuilt=2)
+    stats.add(
+        tombstones_expired=2,
+        tombstones_superseded=3,
+        markers_removed=1,
+        batches_copied=3,
+        batches_rebuilt=2,
+    )
     clock.now += clean_s
     stats.all_done()
     return stats
@@ -67,13 +85,14 @@ def test_counts_and_rates() -> None:
     assert (stats.bytes_written, stats.messages_written) == (2 * MB, 1000)
     assert (stats.map_bytes_read, stats.map_messages_read) == (2 * MB, 2000)
     assert stats.invalid_messages_read == 3
+    assert (stats.tombstones_expired, stats.tombstones_superseded) == (2, 3)
     assert stats.tombstones_removed == 5
     assert stats.markers_removed == 1
     assert stats.batches_copied == 3
     assert stats.batches_rebuilt == 2
-    assert stats.mb_per_s == 2.0  # 8 MB / 4 s
-    assert stats.map_mb_per_s == 2.0  # 2 MB / 1 s
-    assert stats.clean_mb_per_s == pytest.approx(8 / 3)  # Kafka: all bytes read / clean time
+    assert stats.bytes_per_s == 2 * MB  # 8 MB / 4 s
+    assert stats.map_bytes_per_s == 2 * MB  # 2 MB / 1 s
+    assert stats.clean_bytes_per_s == pytest.approx(8 * MB / 3)  # Kafka: all bytes / clean time
     assert stats.size_reduction_ratio == 0.75
     assert stats.records_reduction_ratio == 0.875
     assert stats.recopy_ratio == 0.25
@@ -87,9 +106,9 @@ def test_empty_cleaning_divides_by_nothing() -> None:
     stats.all_done()
     assert stats.elapsed_s == 0.0
     for value in (
-        stats.mb_per_s,
-        stats.map_mb_per_s,
-        stats.clean_mb_per_s,
+        stats.bytes_per_s,
+        stats.map_bytes_per_s,
+        stats.clean_bytes_per_s,
         stats.size_reduction_ratio,
         stats.records_reduction_ratio,
         stats.recopy_ratio,
@@ -114,6 +133,7 @@ def test_merge_adds_counts_and_durations() -> None:
     assert total.messages_written == 2000
     assert total.map_messages_read == 4000
     assert total.invalid_messages_read == 6
+    assert (total.tombstones_expired, total.tombstones_superseded) == (4, 6)
     assert total.tombstones_removed == 10
     assert total.batches_copied == 6
     assert total.buffer_utilization == 0.9  # the max, like max-buffer-utilization-percent
@@ -146,22 +166,25 @@ def test_summary_has_kafkas_log_message_fields() -> None:
     summary = stats.summary(TopicPartition("orders", 3), 120, 5000)
     assert summary["partition"] == "orders-3"
     assert (summary["dirty_section_start"], summary["dirty_section_end"]) == (120, 5000)
-    # "%.1f MB of log processed in %.1f seconds (%.1f MB/sec)"
-    assert (summary["mb_processed"], summary["seconds"], summary["mb_per_s"]) == (8.0, 4.0, 2.0)
+    # "%.1f MB of log processed in %.1f seconds (%.1f MB/sec)", in bytes
+    assert (summary["bytes_read"], summary["seconds"], summary["bytes_per_s"]) == (
+        8 * MB,
+        4.0,
+        2 * MB,
+    )
     # "Indexed %.1f MB in %.1f seconds (%.1f Mb/sec, %.1f%% of total time)"
-    assert summary["indexed_mb"] == 2.0
+    assert summary["map_bytes_read"] == 2 * MB
     assert summary["index_seconds"] == 1.0
-    assert summary["index_mb_per_s"] == 2.0
+    assert summary["index_bytes_per_s"] == 2 * MB
     assert summary["index_time_percent"] == 25.0
     assert summary["buffer_utilization_percent"] == 25.0
-    # "Cleaned %.1f MB in %.1f seconds (%.1f Mb/sec, %.1f%% of total time)"
-    assert summary["cleaned_mb"] == 8.0
+    # "Cleaned %.1f MB in %.1f seconds (%.1f Mb/sec, %.1f%% of total time)": all bytes read
     assert summary["clean_seconds"] == 3.0
-    assert summary["clean_mb_per_s"] == 2.667
+    assert summary["clean_bytes_per_s"] == round(8 * MB / 3)
     assert summary["clean_time_percent"] == 75.0
     # "Start size: %.1f MB (%d messages)" / "End size: ..."
-    assert (summary["start_size_mb"], summary["start_messages"]) == (8.0, 8000)
-    assert (summary["end_size_mb"], summary["end_messages"]) == (2.0, 1000)
+    assert summary["start_messages"] == 8000
+    assert (summary["bytes_written"], summary["end_messages"]) == (2 * MB, 1000)
     # "%.1f%% size reduction (%.1f%% fewer messages)"
     assert summary["size_reduction_percent"] == 75.0
     assert summary["fewer_messages_percent"] == 87.5
@@ -169,7 +192,10 @@ def test_summary_has_kafkas_log_message_fields() -> None:
     assert summary["bytes_read"] == 8 * MB
     assert summary["invalid_messages_read"] == 3
     assert summary["tombstones_removed"] == 5
+    assert (summary["tombstones_expired"], summary["tombstones_superseded"]) == (2, 3)
     assert summary["passes"] == 1
+    # bytes and seconds only: no MB figure anywhere
+    assert not [name for name in summary if "mb" in name.split("_")]
     assert summary["recopy_ratio"] == 0.25
 
 
@@ -202,3 +228,55 @@ def test_pre_clean_stats() -> None:
         "max_compaction_delay_ms": 42_000,
     }
     assert PreCleanStats().summary()["max_compaction_delay_ms"] == 0
+
+
+# --- tombstones: expired (delete.retention.ms) and superseded (a newer record won), apart -------
+DAY = 86_400_000
+
+
+def _tombstone_log(tmp_path: Path) -> PartitionLog:
+    return PartitionLog.create(tmp_path / "t-0", LogConfig(), clock=lambda: 0)
+
+
+def _record(key: int, value: bytes | None) -> Record:
+    return Record(0, 1, str(key).encode(), value)
+
+
+def _clean(log: PartitionLog, now: int) -> CleanerStats:
+    config = TopicCleanerConfig(compact=True, delete=False, delete_retention_ms=DAY)
+    plan = dataclasses.replace(
+        plan_log(log, config, now)[1], first_dirty_offset=0
+    )  # the whole log each time, as a sweep
+    result = Cleaner(OffsetMap(1 << 20)).clean(log, plan, config, StrategyConfig(), now)
+    return result.stats
+
+
+def _data(log: PartitionLog) -> dict[int, bytes | None]:
+    return {r.offset: r.value for b in log.read(0) if not b.header.is_control for r in b.records()}
+
+
+def test_expired_and_superseded_tombstones_are_counted_apart(tmp_path: Path) -> None:
+    log = _tombstone_log(tmp_path)
+    try:
+        log.append([_record(1, None)])  # 0: key 1 deleted, nothing newer: expires later
+        log.append([_record(2, None)])  # 1: key 2 deleted ...
+        log.append([_record(2, b"back")])  # 2: ... and written again: 1 is superseded
+        log.roll()
+        now = 10 * DAY
+        first = _clean(log, now)
+        # superseded at once; key 1's tombstone is kept and gets its delete horizon (now + DAY)
+        assert (first.tombstones_superseded, first.tombstones_expired) == (1, 0)
+        assert sorted(_data(log)) == [0, 2]
+
+        log.append([_record(3, None)])  # 3: key 3 deleted ...
+        log.append([_record(3, b"again")])  # 4: ... and written again
+        log.roll()
+        second = _clean(log, now + DAY)  # at key 1's horizon: both kinds in one pass
+        assert (second.tombstones_superseded, second.tombstones_expired) == (1, 1)
+        assert second.tombstones_removed == 2
+        assert sorted(_data(log)) == [2, 4]
+        summary = second.summary("t-0", 0, log.log_end_offset)
+        assert (summary["tombstones_expired"], summary["tombstones_superseded"]) == (1, 1)
+        assert summary["tombstones_removed"] == 2
+    finally:
+        log.close()

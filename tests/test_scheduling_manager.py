@@ -111,7 +111,7 @@ def _outcome(end_offset: int = 0) -> CleanOutcome:
     stats = CleanerStats(clock=lambda: 0.0)
     stats.read_messages(10, 1000)
     stats.recopy_messages(4, 400)
-    stats.add(tombstones_removed=2)
+    stats.add(tombstones_expired=1, tombstones_superseded=1)
     return CleanOutcome(stats=stats, end_offset=end_offset, seconds=0.5)
 
 

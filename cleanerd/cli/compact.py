@@ -28,23 +28,25 @@ from typing import Any
 import click
 from rich import box
 from rich.console import Console
-from rich.filesize import decimal
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    ProgressColumn,
     SpinnerColumn,
+    Task,
     TextColumn,
     TimeElapsedColumn,
-    TransferSpeedColumn,
 )
 from rich.progress import Progress as RichProgress
 from rich.table import Table
+from rich.text import Text
 
 from cleanerd.cli.options import format_option
 from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
 from cleanerd.cli.repairs import Repairs
-from cleanerd.cli.tables import table_console
+from cleanerd.cli.tables import iec_size, table_console
 from cleanerd.compaction.bounds import Bound
+from cleanerd.compaction.jit import compile_clock
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
 from cleanerd.compaction.one_shot import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
@@ -208,17 +210,19 @@ def _run(
             name = target.directory.name
             before = Repairs(target.directory) if not dry_run else None
             try:
-                summary = compact_directory(
-                    target.directory,
-                    settings.log,
-                    settings.cleaner,
-                    settings.strategy,
-                    now,
-                    map_bytes=map_bytes,
-                    dry_run=dry_run,
-                    progress=report,
-                    roll_active=roll_active,
-                )
+                with compile_clock() as jit:
+                    summary = compact_directory(
+                        target.directory,
+                        settings.log,
+                        settings.cleaner,
+                        settings.strategy,
+                        now,
+                        map_bytes=map_bytes,
+                        dry_run=dry_run,
+                        progress=report,
+                        roll_active=roll_active,
+                    )
+                summary = summary.without_compile_time(jit.seconds, jit.compiled)
             except (CorruptRecordError, StorageError, CompactionError, OSError) as e:
                 click.echo(
                     f"Error: {name}: {e} ({before.undo() if before else 'nothing written'})",
@@ -248,8 +252,8 @@ def _progress(total: int) -> Iterator[Progress | None]:
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
+        DownloadColumn(binary_units=True),
+        _IecSpeedColumn(),
         TimeElapsedColumn(),
     )
     with RichProgress(*columns, console=Console(stderr=True), transient=True) as bar:
@@ -265,6 +269,21 @@ def _progress(total: int) -> Iterator[Progress | None]:
             bar.update(tasks[p.partition], description=label, completed=p.io_bytes)
 
         yield report
+
+
+class _IecSpeedColumn(ProgressColumn):
+    """rich's TransferSpeedColumn in IEC units (it has only decimal ones)."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("?" if speed is None else f"{iec_size(speed)}/s", style="progress.data.speed")
+
+
+def _tombstones(s: CompactionSummary) -> str:
+    """Removed tombstones, as expired+superseded when the split is known."""
+    if s.tombstones_expired is None or s.tombstones_superseded is None:
+        return str(s.tombstones_removed)
+    return f"{s.tombstones_expired}+{s.tombstones_superseded}"
 
 
 def _note(summary: CompactionSummary) -> str | None:
@@ -285,8 +304,8 @@ def _print_table(results: list[CompactionSummary], failures: list[str], dry_run:
         table.add_row(
             s.partition,
             f"{s.records_in}→{s.records_out}",
-            f"{decimal(s.bytes_in)}→{decimal(s.bytes_out)}",
-            str(s.tombstones_removed),
+            f"{iec_size(s.bytes_in)}→{iec_size(s.bytes_out)}",
+            _tombstones(s),
             str(s.markers_removed),
             str(s.aborted_records_removed),
             str(s.passes),
@@ -298,11 +317,21 @@ def _print_table(results: list[CompactionSummary], failures: list[str], dry_run:
     seconds = sum(s.seconds for s in results)
     size = sum(s.bytes_in for s in results)
     console.print(
-        f"{len(results)} partitions, {decimal(size)} in {seconds:.2f} s"
-        f" ({decimal(int(size / seconds) if seconds else 0)}/s). tomb/mark/abort: tombstones,"
-        " transaction markers, aborted records removed; records and size: whole partitions",
+        f"{len(results)} partitions, {iec_size(size)} in {seconds:.2f} s"
+        f" ({iec_size(size / seconds if seconds else 0)}/s). tomb/mark/abort: tombstones"
+        " (expired+superseded), transaction markers, aborted records removed; records and size:"
+        " whole partitions",
         highlight=False,
     )
+    compiled = sum(s.kernels_compiled for s in results)
+    if compiled:
+        console.print(
+            f"numba compiled {compiled} kernels first, in"
+            f" {sum(s.compile_seconds for s in results):.2f} s (not in the time above);"
+            " `cleanerd warmup` compiles them ahead",
+            highlight=False,
+            markup=False,
+        )
     for s in results:
         note = _note(s)
         if note is not None:

@@ -147,9 +147,9 @@ def decide_chunk(
     kept_tomb = np.zeros(nb, dtype=np.bool_)
     tab = ctx.omap.table
     latest = ctx.omap.latest_offset
-    invalid = removed = 0
+    invalid = expired = superseded = 0
     if cache is not None and first is not None and hit.any():
-        invalid, removed = fused.decide_records(
+        invalid, expired, superseded = fused.decide_records(
             tab, False, latest, ctx.now_ms, cache.hashes, cache.offsets, cache.flags,
             _NO_I64, _NO_BOOL, first, counts, np.flatnonzero(hit), is_control, has_horizon,
             horizon, cache.keep, kept, kept_tomb, cache.winners_from,
@@ -168,7 +168,7 @@ def decide_chunk(
         if ctx.strategy.versioned:
             versions, has_version, _ = compute_versions(ctx.strategy, payload, recs)
         keep = np.empty(recs.shape[0], dtype=np.bool_)
-        more_invalid, more_removed = fused.decide_records(
+        more_invalid, more_expired, more_superseded = fused.decide_records(
             tab, ctx.strategy.versioned, latest, ctx.now_ms, hashes,
             np.ascontiguousarray(recs[:, k.R_OFFSET]), flags.astype(np.uint8),
             np.ascontiguousarray(versions, dtype=np.int64),
@@ -176,7 +176,8 @@ def decide_chunk(
             is_control, has_horizon, horizon, keep, kept, kept_tomb, -1,
         )  # fmt: skip
         invalid += more_invalid
-        removed += more_removed
+        expired += more_expired
+        superseded += more_superseded
     else:
         payload, recs, fresh_rb, keep = arr, _NO_RECORDS, _NO_ROWS, _NO_BOOL
 
@@ -198,7 +199,8 @@ def decide_chunk(
     dropped_markers = is_control & (counts > 0) & ~written
     cached_dropped = int((action[hit] == Action.DROP).sum())
     stats.add(
-        tombstones_removed=removed,
+        tombstones_expired=expired,
+        tombstones_superseded=superseded,
         markers_removed=int(dropped_markers.sum()),
         aborted_records_removed=int(counts[aborted_data].sum()),
         batches_dropped_without_decompressing=int((delete | discard_records).sum())

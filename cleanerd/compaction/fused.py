@@ -310,7 +310,7 @@ def decide_records(
     kept: Arr,
     kept_tombstone: Arr,
     winners_from: int,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Pass 2's record rule for the records of batch ``rows`` (reference 3.10).
 
     Batch ``b``'s records are ``first[b] .. first[b] + counts[b] - 1`` of the record arrays
@@ -318,7 +318,9 @@ def decide_records(
     batch is a control batch, when it lies beyond ``latest_offset``, or when it is keyed, wins
     its key in the map (``OffsetMap.should_retain``) and, if a tombstone, its batch's delete
     horizon has not passed ``now_ms``. Writes ``keep`` per record and, per batch, ``kept`` (the
-    count) and ``kept_tombstone``; returns ``(unkeyed records in range, tombstones removed)``.
+    count) and ``kept_tombstone``; returns ``(unkeyed records in range, tombstones expired,
+    tombstones superseded)``: a tombstone that wins its key but whose batch's delete horizon has
+    passed (delete.retention.ms) is expired; one beaten by a newer record of its key superseded.
 
     Records at or after ``winners_from`` (-1: none) carry ``FLAG_WINNER`` from ``mark_winners``
     and are decided by it without a map lookup: every keyed record of the map's range at or
@@ -344,7 +346,8 @@ def decide_records(
         if not 0 <= rows[j] < nb:
             raise ValueError("decide_records: a batch row lies outside the batch columns")
     invalid = 0
-    removed = 0
+    expired = 0
+    superseded = 0
     for j in range(rows.shape[0]):
         b = rows[j]
         lo = first[b]
@@ -361,13 +364,15 @@ def decide_records(
             f = flags[i]
             keyed = (f & FLAG_KEYED) != 0
             tomb = (f & FLAG_TOMBSTONE) != 0
+            win = True
             if control or offsets[i] > latest_offset:
                 keep_it = True
             elif not keyed:
                 invalid += 1
                 keep_it = False
             elif 0 <= winners_from <= offsets[i]:
-                keep_it = (f & FLAG_WINNER) != 0 and (not tomb or deletes_kept)
+                win = (f & FLAG_WINNER) != 0
+                keep_it = win and (not tomb or deletes_kept)
             else:
                 h1, h2 = normalize(hashes[i, 0], hashes[i, 1])
                 if versioned:
@@ -381,8 +386,11 @@ def decide_records(
                 n_kept += 1
                 if tomb:
                     tomb_kept = True
-            elif tomb and not control:
-                removed += 1
+            elif tomb and keyed and not control:
+                if win:
+                    expired += 1
+                else:
+                    superseded += 1
         kept[b] = n_kept
         kept_tombstone[b] = tomb_kept
-    return invalid, removed
+    return invalid, expired, superseded

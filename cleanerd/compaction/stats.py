@@ -3,7 +3,9 @@
 The engine fills ``CleanerStats`` during a pass; the daemon turns it into the one summary log line
 (``summary``, Kafka's per-pass message as a JSON-ready dict) and the metrics (recopy ratio, buffer
 utilization, bytes, records removed). Ratios and rates are 0.0 where Kafka would divide by zero and
-print NaN or Infinity, so an empty cleaning still logs valid JSON.
+print NaN or Infinity, so an empty cleaning still logs valid JSON. Sizes are bytes and times
+seconds, as in the metrics: Kafka's message prints MB (2**20 bytes) and we leave the scaling to
+whoever reads the log.
 """
 
 from __future__ import annotations
@@ -16,9 +18,6 @@ from typing import Any
 
 from cleanerd.storage.topic_partition import TopicPartition
 
-MB = 1024 * 1024
-"""Kafka's log message divides by 1024 * 1024 and calls it MB."""
-
 _COUNTERS = (
     "bytes_read",
     "messages_read",
@@ -27,7 +26,8 @@ _COUNTERS = (
     "map_bytes_read",
     "map_messages_read",
     "invalid_messages_read",
-    "tombstones_removed",
+    "tombstones_expired",
+    "tombstones_superseded",
     "txn_indexes_rebuilt",
     "markers_removed",
     "aborted_records_removed",
@@ -65,7 +65,8 @@ class CleanerStats:
     invalid_messages_read: int = 0  # unkeyed records, removed
     buffer_utilization: float = 0.0  # offset map entries / slots at the end of the map build
     # cleanerd's
-    tombstones_removed: int = 0
+    tombstones_expired: int = 0  # won their key, but their delete horizon passed (retention)
+    tombstones_superseded: int = 0  # a newer record of their key won
     markers_removed: int = 0
     aborted_records_removed: int = 0
     batches_copied: int = 0  # kept whole, copied as bytes
@@ -111,7 +112,8 @@ class CleanerStats:
     def add(
         self,
         *,
-        tombstones_removed: int = 0,
+        tombstones_expired: int = 0,
+        tombstones_superseded: int = 0,
         markers_removed: int = 0,
         aborted_records_removed: int = 0,
         batches_copied: int = 0,
@@ -120,7 +122,8 @@ class CleanerStats:
         anomalous_version_headers: int = 0,
     ) -> None:
         """Add cleanerd's own counts, as the cleaner learns them per batch."""
-        self.tombstones_removed += tombstones_removed
+        self.tombstones_expired += tombstones_expired
+        self.tombstones_superseded += tombstones_superseded
         self.markers_removed += markers_removed
         self.aborted_records_removed += aborted_records_removed
         self.batches_copied += batches_copied
@@ -149,17 +152,22 @@ class CleanerStats:
         return max(0.0, self.elapsed_s - self.map_elapsed_s)
 
     @property
-    def mb_per_s(self) -> float:
-        return _ratio(self.bytes_read / MB, self.elapsed_s)
+    def bytes_per_s(self) -> float:
+        return _ratio(self.bytes_read, self.elapsed_s)
 
     @property
-    def map_mb_per_s(self) -> float:
-        return _ratio(self.map_bytes_read / MB, self.map_elapsed_s)
+    def map_bytes_per_s(self) -> float:
+        return _ratio(self.map_bytes_read, self.map_elapsed_s)
 
     @property
-    def clean_mb_per_s(self) -> float:
+    def clean_bytes_per_s(self) -> float:
         """Kafka divides all bytes read (not only pass 2's) by the clean time; so do we."""
-        return _ratio(self.bytes_read / MB, self.clean_elapsed_s)
+        return _ratio(self.bytes_read, self.clean_elapsed_s)
+
+    @property
+    def tombstones_removed(self) -> int:
+        """Both kinds: expired (delete.retention.ms) and superseded (a newer record won)."""
+        return self.tombstones_expired + self.tombstones_superseded
 
     @property
     def size_reduction_ratio(self) -> float:
@@ -221,34 +229,31 @@ class CleanerStats:
     ) -> dict[str, Any]:
         """Kafka's per-pass log message as flat snake_case fields, plus the raw counts; JSON-ready.
 
-        MB figures are Kafka's (bytes / 2**20); "cleaned MB" is all bytes read, as in Kafka.
+        In bytes where Kafka prints MB: its "MB of log processed", "cleaned MB" and "start size"
+        are all ``bytes_read``, "indexed MB" is ``map_bytes_read``, "end size" ``bytes_written``.
         """
         elapsed, map_s, clean_s = self.elapsed_s, self.map_elapsed_s, self.clean_elapsed_s
         return {
             "partition": str(topic_partition),
             "dirty_section_start": first_dirty,
             "dirty_section_end": end_offset,
-            "mb_processed": round(self.bytes_read / MB, 3),
             "seconds": round(elapsed, 3),
-            "mb_per_s": round(self.mb_per_s, 3),
-            "indexed_mb": round(self.map_bytes_read / MB, 3),
+            "bytes_per_s": round(self.bytes_per_s),
             "index_seconds": round(map_s, 3),
-            "index_mb_per_s": round(self.map_mb_per_s, 3),
+            "index_bytes_per_s": round(self.map_bytes_per_s),
             "index_time_percent": round(100 * _ratio(map_s, elapsed), 2),
             "buffer_utilization_percent": round(100 * self.buffer_utilization, 2),
-            "cleaned_mb": round(self.bytes_read / MB, 3),
             "clean_seconds": round(clean_s, 3),
-            "clean_mb_per_s": round(self.clean_mb_per_s, 3),
+            "clean_bytes_per_s": round(self.clean_bytes_per_s),
             "clean_time_percent": round(100 * _ratio(clean_s, elapsed), 2),
-            "start_size_mb": round(self.bytes_read / MB, 3),
             "start_messages": self.messages_read,
-            "end_size_mb": round(self.bytes_written / MB, 3),
             "end_messages": self.messages_written,
             "size_reduction_percent": round(100 * self.size_reduction_ratio, 2),
             "fewer_messages_percent": round(100 * self.records_reduction_ratio, 2),
             "recopy_ratio": round(self.recopy_ratio, 6),
             "buffer_utilization": self.buffer_utilization,
             **{name: getattr(self, name) for name in _COUNTERS},
+            "tombstones_removed": self.tombstones_removed,
             **(
                 {"txn_index_problems": list(self.txn_index_problems)}
                 if self.txn_index_problems
