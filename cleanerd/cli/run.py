@@ -84,6 +84,8 @@ ADDRESS_FILE = ".cleanerd-http.json"
 async def _record_address(daemon: Daemon) -> None:
     """Once the daemon's HTTP port is bound, record its address for ``ctl`` (see the module
     doc). Best effort: a log dir that cannot take the file leaves ``ctl`` the config's address."""
+    if daemon.loaded.config.http_host is None:
+        return  # cleanerd.http.listen = off: nothing to record
     while daemon.http is None:  # bound early in start-up, before the daemon is ready
         await asyncio.sleep(0.05)
     record = {
@@ -193,7 +195,11 @@ def _request(url: str, token: str | None, method: str) -> dict[str, object]:
 
 def _ctl_options(func: click.decorators.FC) -> click.decorators.FC:
     func = click.option("--token", help="Admin token [default: cleanerd.admin.token].")(func)
-    func = click.option("--url", help="Daemon URL [default: from cleanerd.http.listen].")(func)
+    func = click.option(
+        "--url",
+        help="Daemon URL [default: the address the daemon running on the config's log dirs "
+        "recorded, else cleanerd.http.listen].",
+    )(func)
     return config_options(func)
 
 
