@@ -160,3 +160,76 @@ async def test_a_worker_task_ending_with_an_error_is_logged(tmp_path: Path) -> N
     assert [(e["task"], e["error"]) for e in stopped] == [
         ("worker-0", "RuntimeError: supervisor bug")
     ]
+
+
+@pytest.mark.asyncio
+async def test_a_failing_cleaning_is_logged_with_its_error_and_the_worker_carries_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for topic in ("a", "b"):
+        _log(tmp_path, topic, [OLD, OLD, RECENT])
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    cleaned: list[TopicPartition] = []
+    pool, _ = _pool(manager, cleaned)
+    real_clean = workers.run_clean
+    failed_dirs: list[Path] = []
+
+    def clean_failing_once(directory: Path, *args: object, **kwargs: object) -> object:
+        if not failed_dirs:
+            failed_dirs.append(directory)
+            raise OSError(5, "disk gone", str(directory / "00000000000000000000.log"))
+        return real_clean(directory, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workers, "run_clean", clean_failing_once)
+    manager.apply(manager.scan())
+    with structlog.testing.capture_logs() as logs:
+        pool.resize(1)
+        try:
+            await _until(lambda: len(cleaned) == 1)
+        finally:
+            assert await pool.stop(30.0)
+    failed = [e for e in logs if e["event"] == "cleaning failed"]
+    assert len(failed) == 1
+    assert failed[0]["error"].startswith("OSError: [Errno 5] disk gone")
+    assert failed[0]["directory"] == str(failed_dirs[0])
+    assert failed[0]["file"].endswith("00000000000000000000.log")
+    failed_tp = TopicPartition(failed_dirs[0].name.removesuffix("-0"), 0)
+    assert cleaned[0] != failed_tp  # the worker went on with the other log
+    assert pool.restarts == 0  # the partition failed, not the worker
+    status = manager.status(failed_tp)
+    assert status is not None
+    assert status.failures == 1
+
+
+@pytest.mark.asyncio
+async def test_a_crashed_worker_is_logged_with_its_error_and_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _log(tmp_path, "a", [OLD, OLD, RECENT])
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    cleaned: list[TopicPartition] = []
+    pool, _ = _pool(manager, cleaned)
+    monkeypatch.setattr(workers, "RESTART_DELAY_S", 0.01)
+    real_grab = manager.grab
+    crashes: list[int] = []
+
+    def grab_crashing_once() -> object:
+        if not crashes:
+            crashes.append(1)
+            raise RuntimeError("grab bug")
+        return real_grab()
+
+    manager.grab = grab_crashing_once  # type: ignore[method-assign,assignment]
+    manager.apply(manager.scan())
+    with structlog.testing.capture_logs() as logs:
+        pool.resize(1)
+        try:
+            await _until(lambda: cleaned == [TopicPartition("a", 0)])
+        finally:
+            assert await pool.stop(30.0)
+    crashed = [e for e in logs if e["event"] == "worker crashed; restarting it"]
+    assert [(e["worker"], e["error"], e["restarts"]) for e in crashed] == [
+        (0, "RuntimeError: grab bug", 1)
+    ]
+    assert pool.restarts == 1
+    assert not [e for e in logs if e["event"] == "worker stopped by an error"]

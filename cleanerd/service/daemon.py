@@ -43,7 +43,7 @@ from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.reload import compare_reload
 from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.service.systemd import SystemdNotifier
-from cleanerd.service.workers import PoolSettings, WorkerPool
+from cleanerd.service.workers import PoolSettings, WorkerPool, supervised
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.topic_partition import TopicPartition
@@ -137,7 +137,7 @@ class Daemon:
             )
             self.pool.resize(self.pool.settings.threads)
             self._manager_task = asyncio.create_task(self._manager_loop(), name="manager")
-            watchdog = asyncio.create_task(self.notifier.run_watchdog(), name="watchdog")
+            watchdog = supervised(self.notifier.run_watchdog(), "watchdog", what="watchdog")
             self.ready = True
             log_ready(c, self.manager.statuses(), self.http.port if self.http else None)
             self.notifier.ready(self._status_line())

@@ -6,11 +6,13 @@ through ``abort_check``, which the cleaner asks before every chunk: the thread s
 batch boundary, leaves no ``.cleaned`` file, and the worker gives the lease back. A cancelled
 worker coroutine still waits for its thread before it lets go of the lease.
 
-A failure of one cleaning is the partition's (logged with the file and byte position it names,
-counted, retried with backoff, then uncleanable: ``scheduling.failures``); a crash of the worker
-coroutine itself is the worker's: it is counted, shown as dead, and restarted. A cleaning that
-fails while shutdown aborts it is logged as a failure, and a worker task that ends with an error
-anyway is logged when it ends, so no error is lost with its task.
+Supervision: a failure of one cleaning is the partition's (logged with its error and the file and
+byte position it names, counted, retried with backoff, then uncleanable: ``scheduling.failures``),
+and the worker goes on with the next log. A crash of the worker coroutine itself is the worker's:
+it is logged with its error, counted, shown as dead, and the worker is restarted. A cleaning that
+fails while shutdown aborts it is logged as a failure, and a task that ends with an error anyway
+(``supervised``) is logged when it ends, so no error is lost with its task. Not an
+``asyncio.TaskGroup``: one failing worker must not cancel the others.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from cleanerd.compaction.cleaner import CleaningAbortedError
@@ -92,9 +95,7 @@ class WorkerPool:
             task = self._tasks.get(wid)
             if task is None or task.done():
                 self.status[wid] = WorkerStatus(wid)
-                task = asyncio.create_task(self._supervise(wid), name=f"worker-{wid}")
-                task.add_done_callback(_log_task_error)
-                self._tasks[wid] = task
+                self._tasks[wid] = supervised(self._supervise(wid), f"worker-{wid}")
         self.wake()
 
     def survey_started(self) -> None:
@@ -128,9 +129,14 @@ class WorkerPool:
                 await self._loop(wid)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("worker crashed; restarting it", worker=wid)
+            except Exception as e:
                 self.restarts += 1
+                log.exception(
+                    "worker crashed; restarting it",
+                    worker=wid,
+                    error=_message(e),
+                    restarts=self.restarts,
+                )
                 self._set(wid, alive=False, partition=None)
                 await asyncio.sleep(RESTART_DELAY_S)
                 self._set(wid, alive=True)
@@ -257,12 +263,18 @@ async def _job_error(job: asyncio.Future[JobResult]) -> Exception | None:
     return None
 
 
-def _log_task_error(task: asyncio.Task[None]) -> None:
-    """Done callback: a worker task that ended with an error says so (it is not awaited)."""
+def supervised(
+    coro: Coroutine[Any, Any, None], name: str, *, what: str = "worker"
+) -> asyncio.Task[None]:
+    """A task nobody awaits until shutdown, whose error is logged ("``what`` stopped by an
+    error") the moment it ends with one; asyncio would only mention it when the task is
+    garbage-collected, if ever."""
+    task = asyncio.create_task(coro, name=name)
+    task.add_done_callback(functools.partial(_log_task_error, f"{what} stopped by an error"))
+    return task
+
+
+def _log_task_error(event: str, task: asyncio.Task[None]) -> None:
+    """Done callback: a task that ended with an error says so (it is not awaited)."""
     if not task.cancelled() and (error := task.exception()) is not None:
-        log.error(
-            "worker stopped by an error",
-            task=task.get_name(),
-            error=_message(error),
-            exc_info=error,
-        )
+        log.error(event, task=task.get_name(), error=_message(error), exc_info=error)
