@@ -19,6 +19,8 @@ from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog, wall_clock_ms
 
+__all__ = ["clean_once", "never", "open_log", "plan_log"]
+
 
 @contextmanager
 def open_log(
@@ -43,6 +45,7 @@ def plan_log(
 
 
 def never() -> bool:
+    """The default ``abort_check``: a cleaning nobody will ask to stop."""
     return False
 
 

@@ -30,6 +30,17 @@ from cleanerd.format.layout import CRC_AT
 from cleanerd.format.records import Record
 from cleanerd.format.varint import INT32_MAX, write_varint, write_varlong
 
+__all__ = [
+    "build_batch",
+    "build_control_batch",
+    "build_empty_batch",
+    "build_end_txn_marker",
+    "encode_records",
+    "finish_crc",
+    "set_base_offset",
+    "set_partition_leader_epoch",
+]
+
 _CRC = struct.Struct(">I")
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")

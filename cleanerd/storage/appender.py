@@ -36,6 +36,8 @@ from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_times import complete_time_index
 from cleanerd.storage.writer_lock import PartitionWriterLock
 
+__all__ = ["AppendInfo", "Appender"]
+
 if TYPE_CHECKING:  # PartitionLog's module imports this one
     from cleanerd.storage.partition import LoadReport
 

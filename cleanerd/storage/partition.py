@@ -42,6 +42,8 @@ from cleanerd.storage.swap import RecoveryReport, recover_temp_files, replace_se
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.storage.writer_lock import PartitionWriterLock
 
+__all__ = ["LoadReport", "PartitionLog", "wall_clock_ms"]
+
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
