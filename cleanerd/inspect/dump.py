@@ -165,16 +165,15 @@ def live_segment(path: Path) -> tuple[LogSegment, LogSegment | None] | None:
     ``.log`` (a ``.swap`` or ``.cleaned`` leftover, a copy elsewhere...). Read-only: opening a
     ``LogSegment`` only stats and reads files."""
     base = base_offset_of(path)
-    if base is None or path.name != f"{base:020d}{LOG_SUFFIX}":
+    if base is None or not path.name.endswith(LOG_SUFFIX):
         return None
     live = _live_segments(path.parent, path.parent.stat().st_mtime_ns)
-    if base not in live:
-        return None
     config = LogConfig()
+    seg = LogSegment(path.parent, base, config)
+    if base not in live or seg.log_path.name != path.name:
+        return None
     following = next((b for b in live if b > base), None)
-    return LogSegment(path.parent, base, config), (
-        None if following is None else LogSegment(path.parent, following, config)
-    )
+    return seg, None if following is None else LogSegment(path.parent, following, config)
 
 
 def _across_error(pair: tuple[LogSegment, LogSegment | None]) -> CorruptRecordError | None:

@@ -121,6 +121,5 @@ def classify(path: Path) -> FileKind:
             return kind
     raise UnknownFileKindError(
         f"{path}: unknown file kind; expected a .log, .index, .timeindex, .txnindex or "
-        ".snapshot file, "
-        f"a partition dir, or one of: {', '.join(_CHECKPOINT_NAMES)}"
+        f".snapshot file, a partition dir, or one of: {', '.join(_CHECKPOINT_NAMES)}"
     )
