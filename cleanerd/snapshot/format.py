@@ -26,7 +26,13 @@ from cleanerd.format.codecs import Compression
 from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.records import Record
-from cleanerd.snapshot.files import PART_SUFFIX, SnapshotId, snapshot_dir, snapshot_path
+from cleanerd.snapshot.files import (
+    PART_SUFFIX,
+    SnapshotId,
+    parse_name,
+    snapshot_dir,
+    snapshot_path,
+)
 from cleanerd.storage.checkpoints import fsync_dir
 
 _HEADER = struct.Struct(">hqB")  # version, lastContainedLogTimestamp, empty tagged fields
@@ -201,6 +207,7 @@ class SnapshotReader:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.sid: SnapshotId | None = parse_name(self.path.name)
         self._map: mmap.mmap | None = None
         try:
             with open(self.path, "rb") as f:
@@ -243,6 +250,13 @@ class SnapshotReader:
                 raise ValueError(f"a control batch inside the data (byte {b.position})")
             records += b.header.records_count
         return SnapshotInfo(self.path, last_ts, records, len(batches), size)
+
+    @property
+    def buffer(self) -> mmap.mmap:
+        """The file's bytes (valid until :meth:`close`)."""
+        if self._map is None:
+            raise SnapshotError(self.path, "read after close")
+        return self._map
 
     def records(self) -> Iterator[Record]:
         """The snapshot's data records, in file order (a batch at a time)."""

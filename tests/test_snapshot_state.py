@@ -1,0 +1,123 @@
+"""Snapshot + replay against the reference model (``compaction_model``) on random logs.
+
+The state a reader loads (newest valid snapshot, then the log after its end) must be the
+model's winners of the whole log, tombstones out: under every strategy, with transactions and
+aborts, with the offset map cut into slices (a tiny budget), after more appends, after
+cleanings, and with the newest snapshot damaged (an older one, or the log, takes over).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
+from cleanerd.format.records import Record
+from cleanerd.snapshot.build import create_snapshot, load_state
+from cleanerd.snapshot.files import list_snapshots
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import Strategy, StrategyConfig
+from tests.compaction_model import winners
+from tests.test_compaction_cleaner import DAY, clean_until_done, compacted_config
+from tests.test_compaction_cleaner_model import NOW, VERSION_HEADER, Writer, append_st, op_st
+
+Entry = tuple[bytes | None, int, tuple[tuple[str, bytes | None], ...]]
+
+
+def _strategy(name: str) -> StrategyConfig:
+    return StrategyConfig(Strategy(name), VERSION_HEADER if name == "header" else "")
+
+
+def expected_state(writer: Writer, strategy: str) -> dict[bytes, tuple[bytes | None, int]]:
+    return {
+        key: (r.value, r.timestamp)
+        for key, r in winners(writer.model(), strategy).items()
+        if r.value is not None
+    }
+
+
+def loaded(log: PartitionLog, strategy: StrategyConfig, budget: int) -> dict[bytes, tuple]:
+    warnings: list[str] = []
+    records: list[Record] = list(
+        load_state(log, strategy, budget_bytes=budget, warn=warnings.append)
+    )
+    keys = [r.key for r in records]
+    assert len(keys) == len(set(keys)), "a key appears twice in the state"
+    return {r.key: (r.value, r.timestamp) for r in records if r.key is not None}
+
+
+@settings(
+    max_examples=40,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    ops=st.lists(op_st, min_size=5, max_size=40),
+    commits=st.lists(st.booleans(), min_size=2, max_size=2),
+    later=st.lists(append_st, min_size=1, max_size=6),
+    strategy_name=st.sampled_from(["offset", "timestamp", "header"]),
+    slots=st.sampled_from([3, 5, 64]),
+    segment_bytes=st.sampled_from([300, 1000, 100_000]),
+    clean=st.booleans(),
+)
+def test_snapshot_plus_replay_is_the_models_state(
+    tmp_path_factory: object,
+    ops: list[tuple[object, ...]],
+    commits: list[bool],
+    later: list[tuple[object, ...]],
+    strategy_name: str,
+    slots: int,
+    segment_bytes: int,
+    clean: bool,
+) -> None:
+    directory: Path = tmp_path_factory.mktemp("log") / "t-0"  # type: ignore[attr-defined]
+    log = PartitionLog.create(directory, LogConfig(segment_bytes=segment_bytes))
+    writer = Writer(log)
+    writer.run(ops)
+    writer.finish(commits)
+    strategy = _strategy(strategy_name)
+    budget = slots * slot_bytes(strategy)  # 3 or 5 slots: the key space is cut into slices
+
+    # from the log alone, then from a first snapshot
+    want = expected_state(writer, strategy_name)
+    assert loaded(log, strategy, budget) == want
+    first = create_snapshot(log, strategy, budget_bytes=budget)
+    if log.log_end_offset == 0:  # nothing was appended: nothing to snapshot
+        assert first.path is None
+        assert first.skipped
+    else:
+        assert first.path is not None, first.skipped
+        # under timestamp and header the tombstone winners stay in the file (see build.py)
+        every = winners(writer.model(), strategy_name)
+        assert first.records == (len(every) if strategy.versioned else len(want))
+    assert loaded(log, strategy, budget) == want
+
+    # more appends (and a cleaning that keeps tombstones: the horizon has not passed)
+    writer.run(later)
+    writer.finish([True, True])
+    if clean:
+        omap = OffsetMap(64 * slot_bytes(strategy), strategy)
+        clean_until_done(log, omap, strategy, compacted_config(delete_retention_ms=DAY), NOW)
+    want = expected_state(writer, strategy_name)
+    assert loaded(log, strategy, budget) == want
+
+    # a second snapshot built from the first plus the log after it
+    second = create_snapshot(log, strategy, budget_bytes=budget)
+    assert second.path is not None
+    assert second.base == first.sid
+    assert loaded(log, strategy, budget) == want
+
+    # the newest damaged: a warning names it, the older snapshot and the log take over
+    data = bytearray(second.path.read_bytes())
+    data[-5] ^= 0x55
+    second.path.write_bytes(bytes(data))
+    warnings: list[str] = []
+    records = list(load_state(log, strategy, budget_bytes=budget, warn=warnings.append))
+    assert {r.key: (r.value, r.timestamp) for r in records} == want
+    assert len(warnings) == 1
+    assert str(second.path) in warnings[0]
+    made = [sid for sid in (first.sid, second.sid) if sid is not None]
+    assert [sid for sid, _ in list_snapshots(directory)] == made
+    log.close()
