@@ -65,10 +65,10 @@ def table_problems(readme: str, docs: tuple[MetricDoc, ...] = METRICS_DOC) -> li
             problems.append(f"{name}: listed twice")
         table[name] = row
     for d in docs:
-        row = table.pop(d.name, None)
-        if row is None:
+        if d.name not in table:
             problems.append(f"{d.name}: missing from the README's table")
             continue
+        row = table.pop(d.name)
         if _code(row[3]) != d.kafka:
             problems.append(f"{d.name}: Kafka JMX name {_code(row[3])!r}, should be {d.kafka!r}")
         if row[1] != d.type:
@@ -140,3 +140,49 @@ def test_operations_guide_documents_every_status_field() -> None:
 def test_operations_guide_documents_every_partition_field() -> None:
     status = PartitionStatus(TopicPartition("orders", 3), Path("/logs"), Path("/logs/orders-3"))
     assert _documented_fields("partition-fields") == set(status.to_json())
+
+
+DOCUMENTS = (README, OPERATIONS, REPO / "config" / "README.md")
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    found = set()
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def broken_links(document: Path) -> list[str]:
+    """Relative links of ``document`` to a missing file, or to a missing heading."""
+    broken = []
+    for target in LINK.findall(document.read_text()):
+        if re.match(r"[a-z]+:", target):
+            continue  # http:, mailto:
+        path, _, anchor = target.partition("#")
+        resolved = (document.parent / path).resolve() if path else document
+        if not resolved.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
+            broken.append(f"{target}: no such heading in {resolved.name}")
+    return broken
+
+
+def test_operator_documents_link_to_files_and_headings_that_exist() -> None:
+    broken = {str(d.relative_to(REPO)): broken_links(d) for d in DOCUMENTS}
+    assert broken == {str(d.relative_to(REPO)): [] for d in DOCUMENTS}
+
+
+def test_the_link_check_finds_a_broken_link(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## Where it can run\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "[a](other.md#where-it-can-run) [b](missing.md) [c](other.md#nowhere) [d](https://x.y/z)"
+    )
+    assert broken_links(doc) == [
+        "missing.md: no such file",
+        "other.md#nowhere: no such heading in other.md",
+    ]
