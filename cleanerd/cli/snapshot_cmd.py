@@ -1,0 +1,266 @@
+"""``cleanerd snapshot``: KIP-630 snapshots of compacted partitions (create, list, show, load,
+delete; ``verify`` checks them too).
+
+Partitions and their settings are chosen as for ``cleanerd compact`` (``--config`` and friends):
+the topic's ``compaction.strategy`` decides each key's record, its ``compression.type`` the codec
+(``producer`` means none here). ``create`` holds each log dir's ``.lock`` while it opens and reads
+the partitions, like ``compact``; ``list``, ``show`` and ``load`` only read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from cleanerd.cli.options import format_option
+from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
+from cleanerd.compaction.engine import open_log
+from cleanerd.format.codecs import Compression
+from cleanerd.snapshot.build import DEFAULT_BUDGET, SnapshotResult, create_snapshot, load_state
+from cleanerd.snapshot.files import delete_snapshot, list_snapshots
+from cleanerd.snapshot.format import SnapshotError, SnapshotReader
+from cleanerd.storage.errors import StorageError
+from cleanerd.storage.logdir import LogDir
+
+_CODECS = {"producer": Compression.NONE, "uncompressed": Compression.NONE, "none": Compression.NONE}
+
+
+def topic_codec(job: Job, selection_config: Any) -> Compression:
+    """The topic's ``compression.type`` as a codec (``producer``: uncompressed)."""
+    value = str(selection_config.topic_kafka_settings(job[0].tp.topic).get("compression.type", ""))
+    value = value.strip().lower() or "producer"
+    if value in _CODECS:
+        return _CODECS[value]
+    try:
+        return Compression[value.upper()]
+    except KeyError:
+        raise click.UsageError(f"compression.type = {value!r}: not a Kafka codec") from None
+
+
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
+@click.group("snapshot")
+def snapshot_group() -> None:
+    """KIP-630 snapshots of compacted partitions: create, list, show, load, delete."""
+
+
+@snapshot_group.command("create")
+@target_options
+@click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
+@click.option(
+    "--dedupe-buffer-bytes",
+    type=click.IntRange(min=1024),
+    default=DEFAULT_BUDGET,
+    show_default=True,
+    help="Offset map memory; more keys than fit are done in several passes.",
+)
+@format_option("text: one line per partition; json: one object per partition.")
+def create(
+    paths: tuple[Path, ...],
+    topic: str | None,
+    partition: int | None,
+    now_ms: int | None,
+    config_file: Path | None,
+    kafka_properties: Path | None,
+    sets: tuple[str, ...],
+    upto: int | None,
+    dedupe_buffer_bytes: int,
+    fmt: str,
+) -> None:
+    """Write a snapshot of each partition: the state below its high watermark (capped at the
+    last stable offset), from its newest valid snapshot plus the log after it."""
+    del now_ms  # a snapshot does not depend on the clock
+    selection = load_selection(config_file, kafka_properties, sets)
+    jobs = select(find_targets(paths, topic, partition), selection, {})
+    failed = False
+    with contextlib.ExitStack() as stack:
+        for logdir in sorted({t.directory.parent for t, _ in jobs}):
+            try:
+                stack.enter_context(LogDir(logdir).locked())
+            except StorageError as e:
+                click.echo(f"Error: {e}", err=True)
+                raise SystemExit(1) from None
+        for job in jobs:
+            target, settings = job
+            codec = topic_codec(job, selection.loaded.config)
+            started = time.perf_counter()
+            try:
+                with open_log(target.directory, settings.log) as log:
+                    result = create_snapshot(
+                        log,
+                        settings.strategy,
+                        upto=upto,
+                        compression=codec,
+                        budget_bytes=dedupe_buffer_bytes,
+                        warn=_warn,
+                    )
+            except (SnapshotError, StorageError, ValueError) as e:
+                click.echo(f"{target.directory.name}: failed: {e}", err=True)
+                failed = True
+                continue
+            _print_result(target.directory.name, result, time.perf_counter() - started, fmt)
+    if failed:
+        raise SystemExit(1)
+
+
+def _print_result(name: str, r: SnapshotResult, seconds: float, fmt: str) -> None:
+    fields = {
+        "partition": name,
+        "path": None if r.path is None else str(r.path),
+        "end_offset": None if r.sid is None else r.sid.end_offset,
+        "epoch": None if r.sid is None else r.sid.epoch,
+        "records": r.records,
+        "bytes": r.bytes,
+        "base_end_offset": None if r.base is None else r.base.end_offset,
+        "replayed_offsets": r.replayed_offsets,
+        "seconds": round(seconds, 6),
+        "skipped": r.skipped,
+        "warnings": list(r.warnings),
+    }
+    if fmt == "json":
+        click.echo(json.dumps(fields))
+    elif r.skipped:
+        click.echo(f"{name}: no snapshot: {r.skipped}")
+    else:
+        base = "the log" if r.base is None else f"snapshot {r.base.end_offset} + log"
+        click.echo(
+            f"{name}: {r.path} ({r.records} records, {r.bytes} bytes, from {base}, "
+            f"{r.replayed_offsets} offsets replayed, {seconds:.3f} s)"
+        )
+
+
+@snapshot_group.command("list")
+@click.argument(
+    "partition_dirs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
+)
+@format_option("text: a line per snapshot; json: one object per snapshot.")
+def list_command(partition_dirs: tuple[Path, ...], fmt: str) -> None:
+    """The snapshots of each partition dir, oldest first, each checked (valid or why not)."""
+    for directory in partition_dirs:
+        for sid, path in list_snapshots(directory):
+            try:
+                with SnapshotReader(path) as reader:
+                    info: dict[str, Any] = {"valid": True, "records": reader.info.records}
+                    info["last_contained_timestamp"] = reader.info.last_contained_timestamp
+            except SnapshotError as e:
+                info = {"valid": False, "problem": e.reason}
+            row = {
+                "partition": directory.name,
+                "end_offset": sid.end_offset,
+                "epoch": sid.epoch,
+                "path": str(path),
+                "bytes": path.stat().st_size,
+                **info,
+            }
+            if fmt == "json":
+                click.echo(json.dumps(row))
+            else:
+                state = (
+                    f"{row['records']} records" if row["valid"] else f"INVALID: {row['problem']}"
+                )
+                click.echo(f"{path}  end {sid.end_offset} epoch {sid.epoch}  {state}")
+
+
+@snapshot_group.command("show")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@format_option("text: kafka-dump-log style lines; json: one object per record.")
+def show(path: Path, fmt: str) -> None:
+    """Dump one snapshot file's records (after checking its CRCs, header and footer)."""
+    try:
+        reader = SnapshotReader(path)
+    except SnapshotError as e:
+        raise click.ClickException(str(e)) from None
+    with reader:
+        info = reader.info
+        if fmt == "text":
+            click.echo(
+                f"Snapshot {path}: {info.records} records, lastContainedLogTimestamp: "
+                f"{info.last_contained_timestamp}"
+            )
+        for r in reader.records():
+            _print_record(r.key, r.value, r.timestamp, r.headers, fmt)
+
+
+def _text(raw: bytes | None) -> str:
+    if raw is None:
+        return "null"
+    return raw.decode("utf-8", errors="backslashreplace")
+
+
+def _print_record(
+    key: bytes | None,
+    value: bytes | None,
+    timestamp: int,
+    headers: tuple[tuple[str, bytes | None], ...],
+    fmt: str,
+) -> None:
+    if fmt == "json":
+        row = {
+            "key": _text(key),
+            "value": None if value is None else _text(value),
+            "timestamp": timestamp,
+            "headers": {k: None if v is None else _text(v) for k, v in headers},
+        }
+        sys.stdout.write(json.dumps(row) + "\n")
+    else:
+        names = [k for k, _ in headers]
+        sys.stdout.write(
+            f"| CreateTime: {timestamp} headerKeys: {names} key: {_text(key)} "
+            f"payload: {_text(value)}\n"
+        )
+
+
+@snapshot_group.command("load")
+@target_options
+@click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
+@click.option("--count", is_flag=True, help="Print only the number of live keys.")
+@click.option(
+    "--dedupe-buffer-bytes",
+    type=click.IntRange(min=1024),
+    default=DEFAULT_BUDGET,
+    show_default=True,
+)
+def load(
+    paths: tuple[Path, ...],
+    topic: str | None,
+    partition: int | None,
+    now_ms: int | None,
+    config_file: Path | None,
+    kafka_properties: Path | None,
+    sets: tuple[str, ...],
+    upto: int | None,
+    count: bool,
+    dedupe_buffer_bytes: int,
+) -> None:
+    """The state of each partition as a reader loads it (newest valid snapshot, then the log
+    after it), as JSON lines of live records, or their count."""
+    del now_ms
+    selection = load_selection(config_file, kafka_properties, sets)
+    for target, settings in select(find_targets(paths, topic, partition), selection, {}):
+        n = 0
+        with open_log(target.directory, settings.log) as log:
+            state = load_state(
+                log, settings.strategy, upto=upto, budget_bytes=dedupe_buffer_bytes, warn=_warn
+            )
+            for r in state:
+                n += 1
+                if not count:
+                    _print_record(r.key, r.value, r.timestamp, r.headers, "json")
+        if count:
+            click.echo(f"{target.directory.name}: {n} live keys")
+
+
+@snapshot_group.command("delete")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+def delete(path: Path) -> None:
+    """Delete one snapshot file (renamed to .checkpoint.deleted first, as Kafka does)."""
+    delete_snapshot(path)
+    click.echo(f"deleted {path}")
