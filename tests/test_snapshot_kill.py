@@ -1,0 +1,74 @@
+"""SIGKILL while a snapshot is written: only a ``.part`` file is left, which no reader takes
+for a snapshot and the next ``create`` removes; the previous snapshot still loads."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from cleanerd.compaction.engine import open_log
+from cleanerd.format.records import Record
+from cleanerd.snapshot.build import create_snapshot, load_state
+from cleanerd.snapshot.files import PART_SUFFIX, list_snapshots, snapshot_dir
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import StrategyConfig
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from cleanerd.snapshot.build import create_snapshot
+from cleanerd.snapshot import format as fmt
+from cleanerd.compaction.engine import open_log
+from cleanerd.topic_model import StrategyConfig
+
+real_flush = fmt.SnapshotWriter._flush
+def flush_then_stall(self):
+    real_flush(self)
+    self._file.flush()
+    print("writing", flush=True)
+    time.sleep(600)  # killed here, with data batches on disk and no footer
+fmt.SnapshotWriter._flush = flush_then_stall
+with open_log(Path(sys.argv[1])) as log:
+    create_snapshot(log, StrategyConfig())
+"""
+
+
+def _records(start: int, n: int) -> list[Record]:
+    return [Record(0, 1000 + i, b"k%d" % (i % 50), b"v%d" % (start + i)) for i in range(n)]
+
+
+def test_kill_mid_write_leaves_a_part_file_only(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    log = PartitionLog.create(directory)
+    log.append(_records(0, 500))
+    first = create_snapshot(log, StrategyConfig())
+    assert first.path is not None
+    log.append(_records(500, 500))
+    before = {r.key: r.value for r in load_state(log, StrategyConfig())}
+    log.close()
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(directory)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "writing"
+        os.kill(child.pid, signal.SIGKILL)
+    finally:
+        child.wait(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    parts = [p for p in snapshot_dir(directory).iterdir() if p.name.endswith(PART_SUFFIX)]
+    assert len(parts) == 1
+    assert parts[0].stat().st_size > 0
+    assert [p for _, p in list_snapshots(directory)] == [first.path]
+
+    with open_log(directory) as log:
+        assert {r.key: r.value for r in load_state(log, StrategyConfig())} == before
+        again = create_snapshot(log, StrategyConfig())
+        assert again.path is not None
+        assert not parts[0].exists()  # removed by the next run
+        assert [p for _, p in list_snapshots(directory)] == [first.path, again.path]
+        assert {r.key: r.value for r in load_state(log, StrategyConfig())} == before
