@@ -7,7 +7,7 @@ line that was valid and then raises the error that stopped it (:class:`CorruptRe
 
 A live segment (``<base offset>.log`` in its partition dir) is also checked against its
 neighbours with storage's own rules (``LogSegment.scan``: offsets rise from the base offset in
-its name; ``check_offsets_across``: they stay below the next segment's base offset). Base
+its name; ``offsets_overlap``: they stay below the next segment's base offset). Base
 offsets are not covered by the CRC, so a damaged one passes every batch check but these; the
 dump stops before the batch that breaks them.
 """
@@ -24,7 +24,7 @@ from cleanerd.format import kernels as k
 from cleanerd.format.control import ControlType, EndTransactionMarker, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import BatchHeader
-from cleanerd.format.reader import RecordBatch, scan_batches
+from cleanerd.format.reader import BatchScan, RecordBatch, scan_batches
 from cleanerd.format.records import Record
 from cleanerd.inspect.files import FileKind, base_offset_of, map_readonly, segment_logs
 from cleanerd.inspect.segment_checks import check_segment
@@ -34,7 +34,7 @@ from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.producer_snapshot import read_snapshot
 from cleanerd.storage.segment import LogSegment
-from cleanerd.storage.segment_list import check_offsets_across
+from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
 from cleanerd.storage.txnindex import AbortedTxn
 
@@ -160,32 +160,32 @@ def _live_segments(directory: Path, mtime_ns: int) -> tuple[int, ...]:
     return tuple(base for base, _ in segment_logs(directory))
 
 
-def live_segment(path: Path) -> tuple[LogSegment, LogSegment | None] | None:
-    """For a live segment: it and the next segment (None for the last); None for any other
-    ``.log`` (a ``.swap`` or ``.cleaned`` leftover, a copy elsewhere...). Read-only: opening a
-    ``LogSegment`` only stats and reads files."""
+def live_segment(path: Path) -> tuple[LogSegment, tuple[int, str] | None] | None:
+    """For a live segment: it, and the next segment's (base offset, file name) if any; None
+    for any other ``.log`` (a ``.swap`` or ``.cleaned`` leftover, a copy elsewhere...).
+    Read-only: opening a ``LogSegment`` only stats and reads files."""
     base = base_offset_of(path)
     if base is None or not path.name.endswith(LOG_SUFFIX):
         return None
     live = _live_segments(path.parent, path.parent.stat().st_mtime_ns)
-    config = LogConfig()
-    seg = LogSegment(path.parent, base, config)
+    seg = LogSegment(path.parent, base, LogConfig())
     if base not in live or seg.log_path.name != path.name:
         return None
     following = next((b for b in live if b > base), None)
-    return seg, None if following is None else LogSegment(path.parent, following, config)
-
-
-def _across_error(pair: tuple[LogSegment, LogSegment | None]) -> CorruptRecordError | None:
-    """Storage's rule that a segment's offsets stay below the next one's base offset."""
-    seg, following = pair
     if following is None:
+        return seg, None
+    return seg, (following, segment_file(path.parent, following, LOG_SUFFIX).name)
+
+
+def _overlap_at(scan: BatchScan, following: tuple[int, str] | None) -> tuple[int, str] | None:
+    """(batch number, why) when the segment's offsets reach the next segment's base offset
+    (storage's ``offsets_overlap``, as the cleaner checks it: on the last batch; offsets rise
+    within a segment, so no earlier batch can overlap unless the last one does)."""
+    if following is None or not len(scan):
         return None
-    try:
-        check_offsets_across([seg, following])
-    except CorruptRecordError as exc:
-        return exc
-    return None
+    last = len(scan) - 1
+    reason = offsets_overlap(int(scan.batches[last, k.B_LAST_OFFSET]), *following)
+    return None if reason is None else (last, reason)
 
 
 def log_items(
@@ -203,16 +203,15 @@ def log_items(
     view = arr if limit is None else arr[:limit]
     pair = live_segment(path)
     scan = scan_batches(view, path=where) if pair is None else pair[0].scan(view=view)
-    across = None if pair is None else _across_error(pair)
-    if across is not None and (across.position is None or across.position >= scan.end):
-        across = None  # a problem the scan reports itself, or one past the limit
+    whole = limit is None or limit >= len(arr)  # the rule is about the segment's end
+    overlap = _overlap_at(scan, pair[1]) if pair is not None and whole else None
     last_good = -1
     for i in range(len(scan)):
         header = scan.header(i)
         position = int(scan.batches[i, k.B_POS])
-        if across is not None and position >= int(across.position or 0):
+        if overlap is not None and i == overlap[0]:
             raise CorruptRecordError(
-                across.reason, path=where, position=position, last_good_offset=last_good
+                overlap[1], path=where, position=position, last_good_offset=last_good
             )
         fields = batch_fields(header, position)
         if batches or not records:
