@@ -39,6 +39,7 @@ from pathlib import Path
 from cleanerd.compaction.bounds import nothing_cleanable_reason
 from cleanerd.compaction.cleaner import Cleaner
 from cleanerd.compaction.engine import never, plan_log
+from cleanerd.compaction.external import PassCleaner, PassFactory
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap
 from cleanerd.compaction.plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction.stats import CleanerStats
@@ -93,6 +94,7 @@ def compact_partition(
     abort_check: Callable[[], bool] = never,
     load_factor: float = DEFAULT_LOAD_FACTOR,
     roll_active: bool = False,
+    passes: PassFactory | None = None,
 ) -> CompactionSummary:
     """Clean ``log`` until it is as compact as the rules allow at ``now_ms``; see the module doc.
 
@@ -114,8 +116,9 @@ def compact_partition(
             abort_check=abort_check,
             load_factor=load_factor,
             roll_active=roll_active,
+            passes=passes,
         )
-    args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check)
+    args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check, passes)
     return _Run(log, *args).run(roll_active=roll_active)
 
 
@@ -133,10 +136,14 @@ def compact_directory(
     load_factor: float = DEFAULT_LOAD_FACTOR,
     temp_root: Path | None = None,
     roll_active: bool = False,
+    passes: PassFactory | None = None,
 ) -> CompactionSummary:
-    """Open the partition dir (or, for a dry run, a copy of it in ``temp_root``) and compact it."""
+    """Open the partition dir (or, for a dry run, a copy of it in ``temp_root``) and compact it.
+
+    ``passes`` makes the cleaner of each pass instead of a local ``Cleaner`` (the Spark engine's
+    hook: same passes, sweeps and summary, the map built elsewhere)."""
     directory = Path(directory)
-    args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check)
+    args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check, passes)
     if not dry_run:
         log = PartitionLog(directory, log_config)
         try:
@@ -178,6 +185,7 @@ class _Run:
         load_factor: float,
         progress: Progress | None,
         abort_check: Callable[[], bool],
+        passes: PassFactory | None = None,
     ) -> None:
         self.log = log
         # compacted whatever the policy says; the dirty ratio never holds a one-shot run back
@@ -185,7 +193,11 @@ class _Run:
         self.strategy = strategy
         self.now_ms = now_ms
         self.io = Throttler(None)  # unlimited: only counts the bytes, for progress
-        self.cleaner = Cleaner(OffsetMap(map_bytes, strategy, load_factor), self.io)
+        self.cleaner: PassCleaner = (
+            Cleaner(OffsetMap(map_bytes, strategy, load_factor), self.io)
+            if passes is None
+            else passes(self.io)
+        )
         self.progress = progress
         self.abort_check = abort_check
         self.stats: list[CleanerStats] = []

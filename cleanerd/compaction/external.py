@@ -1,0 +1,224 @@
+"""One cleaning pass whose offset map is filled elsewhere: the hook for distributed engines.
+
+``Cleaner.clean`` builds its map in pass 1 and then filters every segment group in one process.
+A distributed driver (``cleanerd.spark``) instead finds each key's winner with a shuffle and
+filters the groups in parallel, each against a small map holding only the winners of its keys.
+For its output to be the local engine's byte for byte it needs the very pieces pass 2 uses, in
+the same order; they are here so that nothing of the cleaner's is copied:
+
+* ``pass_groups``: the source segments and Kafka's grouping of them, as ``Cleaner.clean`` has;
+* ``transaction_states``: the pass's transaction state at the start of each group (one
+  sequential replay of the transactional and control batches, the only state that crosses
+  groups), so a group can be filtered on its own;
+* ``winner_map``: an ``OffsetMap`` holding given winners exactly as pass 1 would leave them;
+* ``write_group``: ``Cleaner``'s group loop into a ``.cleaned`` segment anywhere (a staging
+  dir), and ``swap_group``: the swap of a finished one, empty replacements included.
+
+The caller holds the partition's writer lock from ``pass_groups`` to the last ``swap_group``.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from cleanerd.compaction.batches import fold_producers, segments_between, transaction_verdicts
+from cleanerd.compaction.cleaner import (
+    Cleaner,
+    CleanResult,
+    _chunks,
+    _trust_txn_indexes,
+    segment_sizes,
+)
+from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable, decide_chunk
+from cleanerd.compaction.grouping import group_items
+from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
+from cleanerd.compaction.plan import CleaningPlan
+from cleanerd.compaction.stats import CleanerStats
+from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.throttle import Throttler
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.compaction.transactions import (
+    CleanedTransactionMetadata,
+    LastRecord,
+    last_records_of_active_producers,
+)
+from cleanerd.compaction.writer import CleanedSegmentWriter
+from cleanerd.format import kernels as k
+from cleanerd.storage.aborted import collect_aborted
+from cleanerd.storage.chunks import iter_chunks
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.segment import LogSegment
+
+Arr = npt.NDArray[Any]
+
+
+class PassCleaner(Protocol):
+    """What the one-shot driver needs of a cleaner: ``Cleaner.clean``'s signature."""
+
+    def clean(
+        self,
+        log: PartitionLog,
+        plan: CleaningPlan,
+        config: TopicCleanerConfig,
+        strategy: StrategyConfig,
+        now_ms: int,
+        abort_check: Callable[[], bool] = ...,
+    ) -> CleanResult: ...
+
+
+PassFactory = Callable[[Throttler], PassCleaner]
+"""Makes the cleaner of a one-shot run from the run's byte-counting throttler."""
+
+
+def trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
+    """The cleaner's check of offsets and ``.txnindex`` files before a pass (may rebuild one)."""
+    _trust_txn_indexes(log, stats)
+
+
+def pass_groups(log: PartitionLog, end: int, upper: int) -> list[list[LogSegment]]:
+    """Pass 2's groups of a pass covering offsets below ``end`` (``upper``: the round's first
+    uncleanable offset), exactly as ``Cleaner.clean`` groups them."""
+    sources = segments_between(log.segments[:-1], -1, end)
+    sizes = [segment_sizes(s) for s in sources]
+    return group_items(
+        sources, sizes, log.config.segment_bytes, log.config.segment_index_bytes, upper
+    )
+
+
+def last_records(
+    log: PartitionLog, config: TopicCleanerConfig, now_ms: int
+) -> dict[int, LastRecord]:
+    """The producers whose last batch must survive (as ``Cleaner`` computes them per pass)."""
+    state = log.producer_state(lambda seg, into: fold_producers(seg, into, None))
+    return last_records_of_active_producers(state, now_ms, config.producer_id_expiration_ms)
+
+
+def pass_context(
+    omap: OffsetMap,
+    config: TopicCleanerConfig,
+    strategy: StrategyConfig,
+    now_ms: int,
+    upper: int,
+    producers: Mapping[int, LastRecord],
+) -> PassContext:
+    return PassContext(
+        omap=omap,
+        strategy=strategy,
+        now_ms=now_ms,
+        new_horizon_ms=min(now_ms + config.delete_retention_ms, LONG_MAX),
+        upper_bound=upper,
+        producers=ProducerTable(producers),
+    )
+
+
+TxnState = tuple[set[int], dict[int, Any], list[tuple[int, int, Any]]]
+"""A ``CleanedTransactionMetadata`` without its output index: picklable, for a remote task."""
+
+
+def _state(meta: CleanedTransactionMetadata) -> TxnState:
+    return copy.deepcopy((meta.ongoing_committed, meta.ongoing_aborted, meta._pending))
+
+
+def restore_state(state: TxnState) -> CleanedTransactionMetadata:
+    """The transaction state ``transaction_states`` captured, ready to go on from there."""
+    meta = CleanedTransactionMetadata()
+    committed, aborted, pending = copy.deepcopy(state)
+    meta.ongoing_committed, meta.ongoing_aborted, meta._pending = committed, aborted, pending
+    meta._seq = itertools.count(max((seq for _, seq, _ in pending), default=-1) + 1)
+    return meta
+
+
+def _add_segment_aborted(
+    meta: CleanedTransactionMetadata,
+    segments: Sequence[LogSegment],
+    group: Sequence[LogSegment],
+    i: int,
+) -> None:
+    seg = group[i]
+    seg_upper = group[i + 1].base_offset if i + 1 < len(group) else seg.next_offset()
+    meta.add_aborted(collect_aborted(list(segments), seg.base_offset, seg_upper))
+
+
+def transaction_states(
+    segments: Sequence[LogSegment], groups: Sequence[Sequence[LogSegment]]
+) -> list[TxnState]:
+    """Pass 2's transaction state at the start of each group: the verdict calls ``write_group``
+    makes, replayed in order over batch headers (control keys only are parsed)."""
+    meta = CleanedTransactionMetadata()
+    states: list[TxnState] = []
+    for group in groups:
+        states.append(_state(meta))
+        for i, seg in enumerate(group):
+            _add_segment_aborted(meta, segments, group, i)
+            arr = seg.view()
+            for batches in iter_chunks(
+                arr, path=str(seg.log_path), prev_last_offset=seg.base_offset - 1, check_crc=False
+            ):
+                transaction_verdicts(meta, arr, batches, str(seg.log_path))
+    return states
+
+
+def winner_map(
+    strategy: StrategyConfig,
+    hashes: Arr,
+    offsets: Arr,
+    versions: Arr,
+    has_version: Arr,
+    latest_offset: int,
+) -> OffsetMap:
+    """A map holding one winner per key (hash -> offset, version) and ``latest_offset``, as
+    pass 1 leaves it when every winner fits: pass 2 asks it nothing else."""
+    n = int(offsets.shape[0])
+    slots = max(int(n / DEFAULT_LOAD_FACTOR) + 2, 4)
+    omap = OffsetMap(slots * slot_bytes(strategy), strategy, DEFAULT_LOAD_FACTOR)
+    if n:
+        _, full = omap.put_batch(
+            np.ascontiguousarray(hashes, dtype=np.uint64).reshape(n, 2),
+            offsets,
+            versions if strategy.versioned else None,
+            has_version if strategy.versioned else None,
+        )
+        if full or omap.size != n:
+            raise ValueError(f"{n} winners given, {omap.size} distinct keys stored")
+    omap.update_latest_offset(latest_offset)
+    return omap
+
+
+def write_group(
+    segments: Sequence[LogSegment],
+    group: Sequence[LogSegment],
+    cleaned: LogSegment,
+    ctx: PassContext,
+    meta: CleanedTransactionMetadata,
+    stats: CleanerStats,
+    on_chunk: Callable[[int], None] = lambda size: None,
+) -> None:
+    """Filter ``group`` into the empty segment ``cleaned`` (``Cleaner``'s group loop), flush it
+    and give it the group's last mtime; ``meta`` is the pass's state at the group's start."""
+    meta.output_txn_index = cleaned.txn_index
+    try:
+        writer = CleanedSegmentWriter(cleaned, stats)
+        for i, seg in enumerate(group):
+            _add_segment_aborted(meta, segments, group, i)
+            arr = seg.view()
+            path = str(seg.log_path)
+            for batches, first in _chunks(arr, seg, None):
+                on_chunk(int(batches[:, k.B_SIZE].sum()))
+                decision = decide_chunk(ctx, meta, arr, batches, path, stats, None, first)
+                writer.write(arr, decision)
+        writer.flush()
+        cleaned.on_become_inactive()
+        cleaned.set_last_modified(group[-1].log_path.stat().st_mtime_ns)
+    finally:
+        meta.output_txn_index = None
+
+
+def swap_group(log: PartitionLog, cleaned: LogSegment, group: Sequence[LogSegment]) -> None:
+    """Swap a ``.cleaned`` segment of the log's dir in for ``group`` as ``Cleaner`` does."""
+    Cleaner._swap(log, cleaned, group, group[-1].log_path.stat().st_mtime_ns)

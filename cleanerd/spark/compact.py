@@ -1,0 +1,217 @@
+"""``cleanerd spark compact``'s driver: a plan per partition, the Spark jobs, the summaries.
+
+Each partition gets plan A or B from its dirty record count: the offset map that one pass over
+its dirty range needs (``slot_bytes`` per record, at the map's load factor) against the task
+budget. Both plans end in ``compaction.one_shot``'s summary, the one ``cleanerd compact``
+prints, and both leave exactly the files ``cleanerd compact`` leaves (same ``--now``, same
+settings, a dedupe buffer that holds the dirty range in one pass):
+
+* A (fits a task): one Spark task per partition runs the local engine on it
+  (``compact_directory``, which opens the log and takes its writer lock on the executor); no
+  shuffle. Only partitions whose range fits are given to A, so A cleans each in one pass.
+* B (too big for a task): ``plan_b.SparkPass`` runs every pass of the one-shot sequence as a
+  distributed job, the driver holding the partition's writer lock throughout.
+
+The driver holds nothing else: the log dirs' ``.lock`` is the caller's (the CLI takes it as
+``cleanerd compact`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cleanerd.compaction.log_meta import walk_segment
+from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
+from cleanerd.compaction.one_shot import (
+    DEFAULT_DEDUPE_BUFFER_BYTES,
+    CompactionError,
+    compact_directory,
+    compact_partition,
+)
+from cleanerd.compaction.strategy import StrategyConfig
+from cleanerd.compaction.summary import CompactionSummary
+from cleanerd.compaction.throttle import Throttler
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.format.errors import CorruptRecordError
+from cleanerd.inspect.files import segment_logs
+from cleanerd.spark.plan_b import PassTimes, PlanBError, SparkPass
+from cleanerd.spark.staging import default_staging_root
+from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
+from cleanerd.storage.errors import StorageError
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.logdir import parse_partition_dir_name
+from cleanerd.storage.partition import PartitionLog
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_TASK_BUDGET_BYTES = DEFAULT_DEDUPE_BUFFER_BYTES
+"""A task's offset map memory; the local default dedupe buffer, so plan A cleans like
+``cleanerd compact`` with its defaults."""
+
+FAILURES = (CorruptRecordError, StorageError, CompactionError, PlanBError, OSError)
+"""What fails one partition (reported, the others go on), as ``cleanerd compact`` has it."""
+
+
+class Plan(StrEnum):
+    A = "A"
+    B = "B"
+
+
+@dataclass(frozen=True)
+class PartitionJob:
+    """One partition dir and its settings (``cli.plan.select`` resolves them)."""
+
+    directory: Path
+    log: LogConfig
+    cleaner: TopicCleanerConfig
+    strategy: StrategyConfig
+
+
+@dataclass(frozen=True)
+class Options:
+    now_ms: int
+    task_budget_bytes: int = DEFAULT_TASK_BUDGET_BYTES
+    dry_run: bool = False
+    roll_active: bool = False
+    staging_dir: Path | None = None  # default: beside each log dir (``staging``)
+    plan: Plan | None = None  # force a plan (tests and benchmarks); None: by the budget
+
+
+@dataclass
+class Outcome:
+    """What became of one partition."""
+
+    partition: str
+    plan: Plan
+    dirty_records: int
+    summary: CompactionSummary | None = None
+    error: str | None = None
+    times: list[PassTimes] = field(default_factory=list)  # plan B: one entry per pass
+
+
+def dirty_records(directory: Path, roll_active: bool) -> int:
+    """Records a first pass would read into its map: those of the segments past the cleaner
+    checkpoint (batch header counts; the active segment only when it is rolled first)."""
+    tp = parse_partition_dir_name(directory.name)
+    checkpoint_file = directory.parent / CLEANER_OFFSET_CHECKPOINT
+    first_dirty = -1
+    if tp is not None and checkpoint_file.is_file():
+        first_dirty = read_offset_checkpoint(checkpoint_file).get(tp, -1)
+    logs = segment_logs(directory)
+    if not roll_active:
+        logs = logs[:-1]
+    total = 0
+    for base, path in logs:
+        walk = walk_segment(base, path).walk
+        if walk.meta.next_offset > first_dirty:
+            total += walk.records
+    return total
+
+
+def map_bytes_needed(records: int, strategy: StrategyConfig) -> int:
+    """The dedupe buffer under which ``records`` keys never fill the map (its load factor)."""
+    return math.ceil((records + 2) * slot_bytes(strategy) / DEFAULT_LOAD_FACTOR)
+
+
+def choose(job: PartitionJob, options: Options) -> tuple[Plan, int]:
+    """The partition's plan and its dirty record count."""
+    records = dirty_records(job.directory, options.roll_active)
+    if options.plan is not None:
+        return options.plan, records
+    needed = map_bytes_needed(records, job.strategy)
+    return (Plan.A if needed <= options.task_budget_bytes else Plan.B), records
+
+
+def compact_on_spark(
+    spark: SparkSession, jobs: Sequence[PartitionJob], options: Options
+) -> list[Outcome]:
+    """Compact every partition (plan A ones in one job, then each plan B one); in job order."""
+    chosen = [choose(job, options) for job in jobs]
+    outcomes = [
+        Outcome(job.directory.name, plan, records)
+        for job, (plan, records) in zip(jobs, chosen, strict=True)
+    ]
+    a = [i for i, (plan, _) in enumerate(chosen) if plan is Plan.A]
+    if a:
+        sc = spark.sparkContext
+        specs = [(jobs[i], options) for i in a]
+        results = sc.parallelize(specs, len(specs)).map(run_plan_a).collect()
+        for i, (summary, error) in zip(a, results, strict=True):
+            outcomes[i].summary, outcomes[i].error = summary, error
+    for i, (plan, _) in enumerate(chosen):
+        if plan is Plan.B:
+            run_plan_b(spark, jobs[i], options, outcomes[i])
+    return outcomes
+
+
+def run_plan_a(spec: tuple[PartitionJob, Options]) -> tuple[CompactionSummary | None, str | None]:
+    """A plan A task (on an executor): the local engine on one partition."""
+    job, options = spec
+    try:
+        summary = compact_directory(
+            job.directory,
+            job.log,
+            job.cleaner,
+            job.strategy,
+            options.now_ms,
+            map_bytes=max(options.task_budget_bytes, map_bytes_needed(2, job.strategy)),
+            dry_run=options.dry_run,
+            roll_active=options.roll_active,
+        )
+    except FAILURES as e:
+        return None, str(e)
+    return summary, None
+
+
+def run_plan_b(spark: SparkSession, job: PartitionJob, options: Options, out: Outcome) -> None:
+    """Plan B on the driver: the one-shot sequence with every pass a Spark job."""
+    root = options.staging_dir or default_staging_root(job.directory.parent)
+    passes: list[SparkPass] = []
+
+    def factory(io: Throttler) -> SparkPass:
+        p = SparkPass(spark, root, io)
+        passes.append(p)
+        return p
+
+    try:
+        if options.dry_run:
+            root.mkdir(parents=True, exist_ok=True)
+            out.summary = compact_directory(
+                job.directory,
+                job.log,
+                job.cleaner,
+                job.strategy,
+                options.now_ms,
+                dry_run=True,
+                roll_active=options.roll_active,
+                temp_root=root,  # executors read the copy: it must be where they see it
+                passes=factory,
+            )
+        else:
+            log = PartitionLog(job.directory, job.log)
+            try:
+                with log.writer_lock:  # the whole job: no roll or other swap meanwhile
+                    out.summary = compact_partition(
+                        log,
+                        job.cleaner,
+                        job.strategy,
+                        options.now_ms,
+                        roll_active=options.roll_active,
+                        passes=factory,
+                    )
+            finally:
+                log.close()
+    except FAILURES as e:
+        out.error = str(e)
+    finally:
+        if options.dry_run:
+            with contextlib.suppress(OSError):
+                root.rmdir()  # only when empty: another job may use it
+    out.times = [t for p in passes for t in p.times]

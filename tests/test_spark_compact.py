@@ -1,0 +1,236 @@
+"""``cleanerd spark compact``: plans A and B leave exactly the files ``cleanerd compact`` leaves.
+
+Every comparison is of whole partition dirs and their log dir's checkpoints, byte for byte,
+against a copy compacted by the local one-shot driver (what ``cleanerd compact`` runs) at the
+same ``--now`` with a dedupe buffer that holds the dirty range in one pass. Plan B is forced by
+a task budget too small for any partition. All tests share the session's ``local[2]`` Spark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cleanerd.cli import cli
+from cleanerd.compaction.one_shot import compact_directory
+from cleanerd.compaction.strategy import Strategy, StrategyConfig
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
+from cleanerd.spark.plan_b import FAIL_WRITE_CONF
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.workload import WorkloadSpec, generate
+
+NOW = 1_800_000_000_000
+HEADER = "v"
+LOCAL_MAP = 64 << 20  # one pass for every log here
+TINY = 1 << 10  # no partition fits: plan B
+
+
+def tree(logdir: Path) -> dict[str, str]:
+    """Every file under the log dir (partition dirs and checkpoints): name -> content hash."""
+    return {
+        str(p.relative_to(logdir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(logdir.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+
+
+def make_log(root: Path, name: str = "logs", **spec: Any) -> Path:
+    """A generated log dir, each partition rolled so that all of it is cleanable."""
+    logdir = root / name
+    generate(logdir, WorkloadSpec(**spec))
+    for directory in sorted(p for p in logdir.iterdir() if p.is_dir()):
+        log = PartitionLog(directory, LogConfig(segment_bytes=spec.get("segment_bytes", 1 << 30)))
+        log.roll()
+        log.close()
+    return logdir
+
+
+def strategy_config(strategy: str) -> StrategyConfig:
+    return StrategyConfig(Strategy(strategy), HEADER if strategy == "header" else "")
+
+
+def jobs_of(
+    logdir: Path, strategy: str, retention_ms: int, segment_bytes: int
+) -> list[PartitionJob]:
+    cleaner = dataclasses.replace(TopicCleanerConfig(), delete_retention_ms=retention_ms)
+    config = LogConfig(segment_bytes=segment_bytes)
+    return [
+        PartitionJob(d, config, cleaner, strategy_config(strategy))
+        for d in sorted(p for p in logdir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    ]
+
+
+def compact_locally(logdir: Path, jobs: list[PartitionJob]) -> list[dict[str, Any]]:
+    out = []
+    for job in jobs:
+        summary = compact_directory(
+            logdir / job.directory.name,
+            job.log,
+            job.cleaner,
+            job.strategy,
+            NOW,
+            map_bytes=LOCAL_MAP,
+        )
+        out.append(summary.to_json())
+    return out
+
+
+def on_copy(source: Path, name: str) -> Path:
+    target = source.parent / name
+    shutil.copytree(source, target, copy_function=shutil.copy2)
+    return target
+
+
+def relocated(jobs: list[PartitionJob], logdir: Path) -> list[PartitionJob]:
+    return [dataclasses.replace(j, directory=logdir / j.directory.name) for j in jobs]
+
+
+# --- plans A and B against the local engine, on random logs -----------------------------------
+log_specs = st.fixed_dictionaries(
+    {
+        "records": st.integers(200, 1500),
+        "keys": st.integers(5, 150),
+        "records_per_batch": st.integers(1, 40),
+        "tombstone_ratio": st.sampled_from([0.0, 0.1, 0.3]),
+        "transactional_producers": st.integers(0, 2),
+        "idempotent_producers": st.integers(0, 1),
+        "abort_ratio": st.sampled_from([0.0, 0.3]),
+        "codec": st.sampled_from(["none", "lz4", "zstd"]),
+        "segment_bytes": st.sampled_from([8_000, 20_000]),
+        "seed": st.integers(0, 2**16),
+    }
+)
+
+
+@pytest.mark.parametrize("strategy", [s.value for s in Strategy])
+@settings(
+    max_examples=2,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(spec=log_specs, retention=st.sampled_from([0, 60_000]))
+def test_plans_a_and_b_match_the_local_engine_byte_for_byte(
+    spark: Any,
+    tmp_path_factory: pytest.TempPathFactory,
+    strategy: str,
+    spec: dict[str, Any],
+    retention: int,
+) -> None:
+    root = tmp_path_factory.mktemp("random")
+    extra = {"version_header": HEADER, "timestamps": "shuffled"} if strategy != "offset" else {}
+    local = make_log(root, **spec, **extra)
+    plan_a, plan_b = on_copy(local, "plan-a"), on_copy(local, "plan-b")
+    jobs = jobs_of(local, strategy, retention, spec["segment_bytes"])
+    want = compact_locally(local, jobs)
+
+    got_a = compact_on_spark(spark, relocated(jobs, plan_a), Options(NOW, LOCAL_MAP))
+    got_b = compact_on_spark(spark, relocated(jobs, plan_b), Options(NOW, TINY))
+
+    assert [o.plan for o in got_a] == [Plan.A] * len(jobs)
+    assert [o.plan for o in got_b] == [Plan.B] * len(jobs)
+    assert [o.error for o in got_a + got_b] == [None] * (2 * len(jobs))
+    assert tree(plan_a) == tree(local)
+    assert tree(plan_b) == tree(local)
+    for outcome, summary in zip(got_a + got_b, want + want, strict=True):
+        assert outcome.summary is not None
+        mine = outcome.summary.to_json()
+        for key in ("records_out", "bytes_out", "passes", "sweeps", "tombstones_removed"):
+            assert mine[key] == summary[key], key
+        assert mine["markers_removed"] == summary["markers_removed"]
+        assert mine["aborted_records_removed"] == summary["aborted_records_removed"]
+
+
+# --- a failed plan B job changes nothing -------------------------------------------------------
+def test_a_failed_write_task_leaves_the_log_as_it_was_and_a_rerun_succeeds(
+    spark: Any, tmp_path: Path
+) -> None:
+    spec: dict[str, Any] = {
+        "records": 2000,
+        "keys": 100,
+        "records_per_batch": 10,
+        "segment_bytes": 8_000,
+    }
+    spec |= {"tombstone_ratio": 0.2, "transactional_producers": 1}
+    logdir = make_log(tmp_path, **spec)
+    local = on_copy(logdir, "local")
+    jobs = jobs_of(logdir, "offset", 0, spec["segment_bytes"])
+    compact_locally(local, relocated(jobs, local))
+    before = tree(logdir)
+
+    spark.conf.set(FAIL_WRITE_CONF, "1")
+    try:
+        (failed,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
+    finally:
+        spark.conf.unset(FAIL_WRITE_CONF)
+    assert failed.plan is Plan.B
+    assert failed.summary is None
+    assert failed.error is not None
+    assert "write stage" in failed.error
+    assert "nothing was swapped in" in failed.error
+    assert "injected failure writing group 1" in failed.error
+    assert tree(logdir) == before
+    assert not (tmp_path / ".logs.cleanerd-staging").exists()  # the job's staging dir is gone
+
+    (again,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
+    assert again.error is None
+    assert again.summary is not None
+    assert tree(logdir) == tree(local)
+
+
+# --- the command -------------------------------------------------------------------------------
+def test_the_command_picks_a_plan_per_partition_and_prints_compacts_json(
+    spark: Any, tmp_path: Path
+) -> None:
+    spec: dict[str, Any] = {
+        "records_per_batch": 20,
+        "tombstone_ratio": 0.2,
+        "segment_bytes": 10_000,
+    }
+    logdir = make_log(tmp_path, topic="small", records=200, keys=50, **spec)
+    generate(logdir, WorkloadSpec(topic="big", records=3000, keys=400, **spec))
+    log = PartitionLog(logdir / "big-0", LogConfig(segment_bytes=10_000))
+    log.roll()
+    log.close()
+    local = on_copy(logdir, "local")
+    args = ["--now", str(NOW), "--delete-retention-ms", "0", "--format", "json"]
+    runner = CliRunner()
+    want = runner.invoke(cli, ["compact", str(local), *args], catch_exceptions=False)
+    assert want.exit_code == 0, want.output
+    budget = ["--task-budget-bytes", "20000", "--master", "local[2]"]
+    got = runner.invoke(cli, ["spark", "compact", str(logdir), *args, *budget])
+    assert got.exit_code == 0, got.output
+    assert "small-0: plan A" in got.stderr
+    assert "big-0: plan B" in got.stderr
+    mine = [json.loads(line) for line in got.stdout.splitlines()]
+    theirs = [json.loads(line) for line in want.stdout.splitlines()]
+    assert [sorted(m) for m in mine] == [sorted(t) for t in theirs]
+    for m, t in zip(mine, theirs, strict=True):
+        assert (m["partition"], m["records_out"], m["bytes_out"]) == (
+            t["partition"],
+            t["records_out"],
+            t["bytes_out"],
+        )
+    assert tree(logdir) == tree(local)
+
+
+def test_without_pyspark_the_command_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logdir = make_log(tmp_path, records=100, keys=10)
+    before = tree(logdir)
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # import pyspark now fails
+    result = CliRunner().invoke(cli, ["spark", "compact", str(logdir), "--now", str(NOW)])
+    assert result.exit_code == 1
+    assert "pip install 'cleanerd[spark]'" in result.output
+    assert tree(logdir) == before
