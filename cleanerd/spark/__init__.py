@@ -21,3 +21,13 @@ def require_pyspark() -> None:
         import pyspark  # noqa: F401, PLC0415
     except ImportError as e:
         raise SparkMissingError(f"{INSTALL_HINT} ({e})") from e
+
+
+def __getattr__(name: str) -> object:
+    """``cleanerd.spark.read_log``, imported on first use (it needs pyspark; this module not)."""
+    if name == "read_log":
+        require_pyspark()
+        from cleanerd.spark.read import read_log  # noqa: PLC0415 (the spark extra, checked above)
+
+        return read_log
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from cleanerd.spark.metrics import ReadMetrics
 
 NAME = "kafka-log"
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def spark_schema() -> StructType:
@@ -101,10 +102,6 @@ class KafkaLogReader(DataSourceReader):
         self.metrics = metrics
         self.bounds = options.bounds()
 
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
-        self.bounds, rejected = push(self.bounds, filters)
-        yield from rejected
-
     def partitions(self) -> Sequence[InputPartition]:
         ranges = plan(
             Path(self.options.path),
@@ -122,10 +119,20 @@ class KafkaLogReader(DataSourceReader):
         return read_ranges([partition.range], self.options.spec(self.bounds), self.metrics)
 
 
+class PushdownReader(KafkaLogReader):
+    """The reader with ``pushFilters``: Spark refuses a reader that has it unless
+    ``spark.sql.python.filterPushdown.enabled`` is true, so the other one is used then."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (Spark's name)
+        self.bounds, rejected = push(self.bounds, filters)
+        yield from rejected
+
+
 class KafkaLogDataSource(DataSource):
     """``format("kafka-log")``: see the module docstring and ``read.OPTION_NAMES``."""
 
     metrics: ClassVar[ReadMetrics | None] = None
+    pushdown: ClassVar[bool] = True
 
     @classmethod
     def name(cls) -> str:
@@ -135,7 +142,8 @@ class KafkaLogDataSource(DataSource):
         return spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaLogReader(parse_options(self.options), self.metrics)
+        reader = PushdownReader if self.pushdown else KafkaLogReader
+        return reader(parse_options(self.options), self.metrics)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         from cleanerd.spark.stream import KafkaLogStreamReader  # noqa: PLC0415 (streaming only)
@@ -146,22 +154,37 @@ class KafkaLogDataSource(DataSource):
 _counted = itertools.count(1)
 
 
+def pushdown_enabled(spark: SparkSession) -> bool:
+    return str(spark.conf.get(PUSHDOWN_CONF, "false")).lower() == "true"
+
+
 def source_for(spark: SparkSession, metrics: ReadMetrics | None) -> str:
-    """The format name to read with: ``kafka-log``, or with ``metrics`` a subclass registered
-    under a name of its own whose tasks add to them (the class travels to the executors by
-    value, accumulators included: data source options can only carry strings)."""
-    if metrics is None:
+    """Register the source as the session's settings need it and return the format name.
+
+    Without filter pushdown enabled the reader must not have ``pushFilters`` (Spark fails the
+    query otherwise), so ``kafka-log`` is registered as the session is now: call this again
+    (``build_session`` and ``read_log`` do) after changing the setting. With ``metrics``, a
+    subclass is registered under a name of its own whose tasks add to them (the class travels
+    to the executors by value, accumulators included: options can only carry strings).
+    """
+    pushdown = pushdown_enabled(spark)
+    if metrics is None and pushdown:
         spark.dataSource.register(KafkaLogDataSource)
         return NAME
-    counted_name = f"{NAME}-counted-{next(_counted)}"
+    name = NAME if metrics is None else f"{NAME}-counted-{next(_counted)}"
 
-    def name(cls: type[KafkaLogDataSource]) -> str:
-        return counted_name
+    def source_name(cls: type[KafkaLogDataSource]) -> str:
+        return name
 
-    counted = type(
-        "CountedKafkaLogDataSource",
+    variant = type(
+        "KafkaLogDataSourceVariant",
         (KafkaLogDataSource,),
-        {"metrics": metrics, "name": classmethod(name), "__module__": "__counted__"},
+        {
+            "metrics": metrics,
+            "pushdown": pushdown,
+            "name": classmethod(source_name),
+            "__module__": "__kafka_log_variant__",  # not importable: pickled by value
+        },
     )
-    spark.dataSource.register(counted)
-    return counted_name
+    spark.dataSource.register(variant)
+    return name

@@ -52,13 +52,7 @@ def build_session(
 
 
 def _register_sources(session: SparkSession) -> None:
-    """Register the ``kafka-log`` data source once it exists (cleanerd/spark/datasource.py)."""
-    try:
-        from cleanerd.spark.datasource import (  # noqa: PLC0415 (needs pyspark, checked above)
-            KafkaLogDataSource,
-        )
-    except ModuleNotFoundError as e:
-        if e.name != "cleanerd.spark.datasource":
-            raise
-        return
-    session.dataSource.register(KafkaLogDataSource)
+    """Register the ``kafka-log`` data source (as the session's pushdown setting needs it)."""
+    from cleanerd.spark.datasource import source_for  # noqa: PLC0415 (needs pyspark, checked)
+
+    source_for(session, None)
