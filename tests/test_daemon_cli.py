@@ -178,7 +178,7 @@ def test_demo_runs_the_daemon_and_checks_every_partition(tmp_path: Path) -> None
     preparing = out.index(
         "preparing kernels (the first run after an install compiles them for ~30 s) ..."
     )
-    ready = next(i for i, x in enumerate(out) if re.fullmatch(r"kernels ready in \d+ s", x))
+    ready = next(i for i, x in enumerate(out) if re.match(r"kernels ready in \d+ s \(", x))
     progress = [i for i, x in enumerate(out) if re.match(r"\d+s  writer: \d+ records \(", x)]
     assert preparing < ready < progress[0]
     assert "cleaner: " in out[progress[0]]

@@ -18,6 +18,8 @@ as JSON lines at info level. Sizes for people are IEC (KiB, MiB).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -33,6 +35,7 @@ from rich.text import Text
 
 from cleanerd.cli.config_cmd import load_from_options
 from cleanerd.cli.plan import iec_size
+from cleanerd.compaction.jit import compile_clock
 from cleanerd.compaction.one_shot import compact_directory
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.config_sources import join_listen
@@ -145,29 +148,34 @@ def _progress(snap: DaemonSnapshot, writer: LiveWriter, started: float) -> str:
     )
 
 
-async def _show(daemon: Daemon, writer: LiveWriter, url: str, duration: float | None) -> None:
-    started = time.monotonic()
+async def _show(daemon: Daemon, writer: LiveWriter, url: str, started: float) -> None:
+    """The live table on a terminal; else a line at once and one every few seconds (the table
+    comes at the end: ``_final_table``). A closed stdout (``| head``) ends the showing, never
+    the demo: its duration is timed apart."""
     console = Console()
-    if console.is_terminal:
-        with Live(console=console, refresh_per_second=2, transient=False) as live:
-            while True:
-                live.update(_table(daemon.snapshot(), url, writer, started))
-                if duration is not None and time.monotonic() - started >= duration:
-                    daemon.request_stop("demo duration reached")
-                    return
-                await asyncio.sleep(0.5)
-    # piped or redirected: no live table, but a line every few seconds (and one at once); the
-    # final table gets room for its columns instead of the 80 of an unknown width
-    console = Console(width=max(console.width, 140))
-    click.echo(f"demo running; progress every {PROGRESS_EVERY_S:.0f} s, the table at the end")
-    while True:
-        click.echo(_progress(daemon.snapshot(), writer, started))
-        left = None if duration is None else duration - (time.monotonic() - started)
-        if left is not None and left <= 0:
-            console.print(_table(daemon.snapshot(), url, writer, started))
-            daemon.request_stop("demo duration reached")
-            return
-        await asyncio.sleep(PROGRESS_EVERY_S if left is None else min(PROGRESS_EVERY_S, left))
+    try:
+        if console.is_terminal:
+            with Live(console=console, refresh_per_second=2, transient=False) as live:
+                while True:
+                    live.update(_table(daemon.snapshot(), url, writer, started))
+                    await asyncio.sleep(0.5)
+        click.echo(f"demo running; progress every {PROGRESS_EVERY_S:.0f} s, the table at the end")
+        while True:
+            click.echo(_progress(daemon.snapshot(), writer, started))
+            await asyncio.sleep(PROGRESS_EVERY_S)
+    except OSError:  # stdout went away
+        return
+
+
+def _final_table(daemon: Daemon, writer: LiveWriter, url: str, started: float) -> None:
+    """The table once, when stdout is not a terminal, with room for its columns (not the 80 of
+    an unknown width)."""
+    console = Console()
+    if not console.is_terminal:
+        with contextlib.suppress(OSError):
+            Console(width=max(console.width, 140)).print(
+                _table(daemon.snapshot(), url, writer, started)
+            )
 
 
 @click.command()
@@ -201,6 +209,10 @@ def demo(directory: Path, duration: float | None, rate: float, listen: str) -> N
         raise SystemExit(1) from None
     try:
         _run_demo(directory, lock, duration, rate, listen)
+    except BrokenPipeError:  # `cleanerd demo | head`: the demo ran; say nothing more
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
     finally:
         lock.unlock()
 
@@ -229,12 +241,17 @@ def _run_demo(
         writer.start()
         c = loaded.config
         url = f"http://{join_listen(c.http_host or '127.0.0.1', c.http_port)}"
-        shower = asyncio.create_task(_show(daemon, writer, url, duration))
+        started = time.monotonic()
+        if duration is not None:
+            loop = asyncio.get_running_loop()
+            loop.call_later(duration, daemon.request_stop, "demo duration reached")
+        shower = asyncio.create_task(_show(daemon, writer, url, started))
         try:
             return await daemon.run()
         finally:
             shower.cancel()
             writer.stop()
+            _final_table(daemon, writer, url, started)
 
     try:
         code = run_async(main)
@@ -255,7 +272,10 @@ def _prepare_kernels(loaded: LoadedConfig) -> None:
     click.echo("preparing kernels (the first run after an install compiles them for ~30 s) ...")
     started = time.monotonic()
     settings = loaded.config.topic_settings("orders")
-    with tempfile.TemporaryDirectory(prefix="cleanerd-demo-kernels-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="cleanerd-demo-kernels-") as tmp,
+        compile_clock() as jit,
+    ):
         with LiveWriter(Path(tmp), ("kernels",), keys=50, rate=None, seed=3) as w:
             w.step(80)  # several small segments, updates and deletes: something to clean
         compact_directory(
@@ -265,7 +285,13 @@ def _prepare_kernels(loaded: LoadedConfig) -> None:
             settings.strategy,
             wall_clock_ms(),
         )
-    click.echo(f"kernels ready in {time.monotonic() - started:.0f} s")
+    how = (
+        f"{jit.compiled} compiled in {jit.seconds:.0f} s; `cleanerd warmup` after an install "
+        "compiles them ahead"
+        if jit.compiled
+        else "all from numba's cache"
+    )
+    click.echo(f"kernels ready in {time.monotonic() - started:.0f} s ({how})")
 
 
 def _report(directory: Path, *writers: LiveWriter) -> None:
