@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli.dump import dump
+from cleanerd.format.builder import build_batch
 from cleanerd.format.records import Record
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
@@ -65,11 +66,15 @@ def test_files_is_shallow_by_default_in_kafkas_layout(partition: Path) -> None:
     assert len(entries) == 5
 
 
-def test_deep_iteration_and_print_data_log(partition: Path) -> None:
+def test_deep_iteration_and_print_data_log(partition: Path, tmp_path: Path) -> None:
     deep = run("--files", _log(partition), "--deep-iteration").stdout.splitlines()
     records = [x for x in deep if x.startswith("| offset:")]
     assert len(records) == 10
     assert not [x for x in records if " key: " in x or " payload: " in x]
+    copy = tmp_path / "orders-0"
+    copy.mkdir()
+    (copy / _log(partition).name).write_bytes(_log(partition).read_bytes())
+    assert run("--files", _log(copy), "--deep-iteration").stderr == ""  # offsets 0..9 in order
     data = run("--files", _log(partition), "--print-data-log").stdout.splitlines()
     records = [x for x in data if x.startswith("| offset:")]
     assert records[0].startswith(f"| offset: 0 CreateTime: {NOW} keySize: 2 valueSize: 2")
@@ -222,3 +227,24 @@ def test_usage_errors(tmp_path: Path) -> None:
     missing = run("--files", f"{tmp_path / 'nope.log'}")
     assert (missing.exit_code, missing.stdout) == (2, "")
     assert "does not exist" in missing.stderr
+
+
+def test_deep_iteration_reports_offset_gaps_as_kafka_does(tmp_path: Path) -> None:
+    """A compacted log has gaps (records 1, 2 and 6 gone here); Kafka's tool lists them on
+    stderr after the file."""
+    batches = [
+        build_batch([Record(0, NOW, b"a", b"0")], base_offset=0),
+        build_batch([Record(3, NOW, b"b", b"3"), Record(5, NOW, b"c", b"5")], base_offset=3),
+        build_batch([Record(7, NOW, b"d", b"7")], base_offset=7),
+    ]
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(b"".join(batches))
+    result = run("--files", log, "--deep-iteration")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.splitlines() == [
+        f"Non-consecutive offsets in {log}",
+        "  0 is followed by 3",
+        "  3 is followed by 5",
+        "  5 is followed by 7",
+    ]
+    assert run("--format", "json", "--files", log, "--deep-iteration").stderr == ""
