@@ -13,8 +13,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from cleanerd.format import crc
 from cleanerd.format import kernels as k
-from cleanerd.format.crc import crc_reason, first_bad_crc_each
+from cleanerd.format.crc import crc_reason
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CODEC_MASK, BatchHeader
 
@@ -129,7 +130,7 @@ def scan_batches(
             codec = int(batches[bad, k.B_ATTRIBUTES]) & ATTR_CODEC_MASK
             reason = f"unknown compression codec id {codec}"
     if check_crc:
-        crc_bad = first_bad_crc_each(arr, batches, 0, bad, release_gil=False)
+        crc_bad = _first_bad_crc(arr, batches, bad)
         if crc_bad >= 0:
             bad = crc_bad
             reason = crc_reason(arr, batches, bad)
@@ -152,6 +153,16 @@ def scan_batches(
             last_good_offset=_last_offset(batches, prev_last_offset),
         )
     return BatchScan(batches, int(walk_end), error)
+
+
+def _first_bad_crc(arr: U8, batches: I64, stop: int) -> int:
+    """The first of batches ``0..stop-1`` whose CRC32C does not match, or -1: all of them in one
+    kernel call where the CPU has CRC32C (``crc.first_bad_crc``), and the library, batch by
+    batch, only when there is none or the kernel finds a mismatch (the library's answer is
+    reported, so both paths give the same error)."""
+    if crc.AVAILABLE and stop and crc.first_bad_crc(arr, batches[:stop]) < 0:
+        return -1
+    return crc.first_bad_crc_each(arr, batches, 0, stop, release_gil=False)
 
 
 def _last_offset(batches: I64, default: int) -> int:
