@@ -17,6 +17,7 @@ from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot, load_state
 from cleanerd.snapshot.files import list_snapshots
+from cleanerd.snapshot.retention import apply_retention, truncate_log
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.topic_model import Strategy, StrategyConfig
@@ -109,15 +110,45 @@ def test_snapshot_plus_replay_is_the_models_state(
     assert second.base == first.sid
     assert loaded(log, strategy, budget) == want
 
-    # the newest damaged: a warning names it, the older snapshot and the log take over
+    # truncated to the oldest snapshot (bounded by the cleaner checkpoint): the same state
+    oldest = first.sid or second.sid
+    truncated = truncate_log(log)
+    assert truncated is not None
+    assert oldest is not None
+    assert log.log_start_offset == truncated.log_start_offset <= oldest.end_offset
+    assert loaded(log, strategy, budget) == want
+
+    # the newest damaged: a warning names it, the older snapshot and the log take over; with no
+    # older snapshot behind a truncated log the warning says records below the start are gone
     data = bytearray(second.path.read_bytes())
     data[-5] ^= 0x55
     second.path.write_bytes(bytes(data))
     warnings: list[str] = []
     records = list(load_state(log, strategy, budget_bytes=budget, warn=warnings.append))
-    assert {r.key: (r.value, r.timestamp) for r in records} == want
-    assert len(warnings) == 1
     assert str(second.path) in warnings[0]
+    if first.sid is not None or log.log_start_offset == 0:
+        assert {r.key: (r.value, r.timestamp) for r in records} == want
+        assert len(warnings) == 1
+    else:
+        assert "records below it were deleted" in warnings[1]
     made = [sid for sid in (first.sid, second.sid) if sid is not None]
     assert [sid for sid, _ in list_snapshots(directory)] == made
+    log.close()
+
+
+def test_retention_keeps_the_newest(tmp_path: Path) -> None:
+    log = PartitionLog.create(tmp_path / "t-0")
+    made = []
+    for round_ in range(4):
+        log.append([Record(0, 1000, b"k%d" % i, b"r%d" % round_) for i in range(5)])
+        result = create_snapshot(log, _strategy("offset"))
+        assert result.sid is not None
+        made.append(result.sid)
+    paths = [p for _, p in list_snapshots(log.directory)]
+    assert apply_retention(log.directory, 2) == paths[:2]
+    assert [sid for sid, _ in list_snapshots(log.directory)] == made[2:]
+    assert apply_retention(log.directory, 0) == paths[2:3]  # one always stays
+    assert [sid for sid, _ in list_snapshots(log.directory)] == made[3:]
+    want = {b"k%d" % i: (b"r3", 1000) for i in range(5)}
+    assert loaded(log, _strategy("offset"), 1 << 20) == want
     log.close()

@@ -61,6 +61,16 @@ def delete_old_segments(
         return RetentionResult(deleted, size, log.log_start_offset)
 
 
+def delete_segments_below(log: PartitionLog, limit: int) -> RetentionResult:
+    """Delete the oldest whole segments holding only offsets below ``limit`` (never the active
+    one), with ``delete_old_segments``' crash safety: the log start offset is checkpointed
+    before any file goes. KIP-630's truncation: a snapshot ending at ``limit`` replaces them."""
+    with log.writer_lock:
+        doomed = _deletable(log, lambda seg, nxt: nxt is not None and nxt.base_offset <= limit)
+        count, nbytes = _delete(log, doomed)
+        return RetentionResult(count, nbytes, log.log_start_offset)
+
+
 def _start_breached(log: PartitionLog, retention: RetentionConfig, now_ms: int) -> Predicate:
     start = log.log_start_offset
     return lambda seg, nxt: nxt is not None and nxt.base_offset <= start
