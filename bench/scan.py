@@ -1,7 +1,6 @@
 """Scan benchmark: batch walk and record index + key hash over a segment, against kafka-python.
 
-Run ``.venv/bin/python bench/scan.py [--records N] [--out DIR] [--repeat R] [--codecs ...]
-[--threads T]``.
+Run ``.venv/bin/python bench/scan.py [--records N] [--out DIR] [--repeat R] [--codecs ...]``.
 
 It builds (once; cached in ``--out`` under a directory named after the parameters) a segment of
 ``N`` records: keys ``key-%06d`` drawn with a seeded RNG from ``--keys`` distinct ones,
@@ -13,12 +12,9 @@ numba's JIT compile or cache load and first-touch page faults are excluded):
 * ``walk_crc`` / ``walk_nocrc``: ``scan_batches`` with and without the CRC32C check; baseline
   kafka-python ``MemoryRecords.next_batch()`` reading ``base_offset`` (and ``validate_crc()``);
 * ``index_hash_crc`` / ``index_hash_nocrc``: ``scan_batches(check_crc=False)`` +
-  ``index_and_hash(check_crc=..., threads=T)`` (the record index kernel hashes each key as it
-  parses the record; the CRC32C loop runs next to the index kernel on the ``T`` threads, default
-  ``os.cpu_count()``); baseline kafka-python iterating every record, reading ``key`` and
+  ``index_and_hash(check_crc=...)`` on one thread (the record index kernel hashes each key as
+  it parses the record); baseline kafka-python iterating every record, reading ``key`` and
   ``value`` and hashing the key with ``mmh3.hash128`` (the same MurmurHash3 x64 128);
-* ``index_hash_crc_1t`` / ``index_hash_nocrc_1t``: the same on one thread (``threads=1``),
-  against the same kafka-python figures;
 
 and a per-stage breakdown of the cleanerd ``index_hash_crc`` pipeline. Prints one JSON document
 on stdout; progress goes to stderr.
@@ -51,11 +47,10 @@ import numba  # noqa: E402
 from _facts import emit  # noqa: E402
 from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
+from cleanerd.format import crc, reader  # noqa: E402
 from cleanerd.format import kernels as k  # noqa: E402
-from cleanerd.format import reader  # noqa: E402
 from cleanerd.format.builder import build_batch  # noqa: E402
 from cleanerd.format.codecs import Compression  # noqa: E402
-from cleanerd.format.crc import first_bad_crc_each  # noqa: E402
 from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE  # noqa: E402
 from cleanerd.format.reader import (  # noqa: E402
     as_uint8,
@@ -75,8 +70,6 @@ MEASUREMENTS = (
     "walk_nocrc",
     "index_hash_crc",
     "index_hash_nocrc",
-    "index_hash_crc_1t",
-    "index_hash_nocrc_1t",
 )
 
 
@@ -173,10 +166,10 @@ def cleanerd_walk(arr: np.ndarray, crc: bool) -> int:
     return len(scan)
 
 
-def cleanerd_index_hash(arr: np.ndarray, crc: bool, threads: int) -> int:
+def cleanerd_index_hash(arr: np.ndarray, crc: bool) -> int:
     scan = scan_batches(arr, check_crc=False)  # the CRCs are checked by index_and_hash
     scan.raise_error()
-    _payload, records, _hashes = index_and_hash(arr, scan.batches, check_crc=crc, threads=threads)
+    _payload, records, _hashes = index_and_hash(arr, scan.batches, check_crc=crc)
     return int(records.shape[0])
 
 
@@ -207,11 +200,11 @@ def kafka_index_hash(data: mmap.mmap, crc: bool) -> int:
     return n
 
 
-def digest_cleanerd(arr: np.ndarray, threads: int) -> dict[str, int]:
+def digest_cleanerd(arr: np.ndarray) -> dict[str, int]:
     scan = scan_batches(arr, check_crc=False)
     scan.raise_error()
-    payload, records, hashes = index_and_hash(arr, scan.batches, check_crc=True, threads=threads)
-    # the measured path must agree with the plain one: one thread, separate hash_keys pass
+    payload, records, hashes = index_and_hash(arr, scan.batches, check_crc=True)
+    # the measured path must agree with the plain one: a checked scan, a separate hash_keys pass
     plain = scan_batches(arr)
     plain.raise_error()
     plain_payload, plain_records = index_batches(arr, plain.batches)
@@ -220,7 +213,7 @@ def digest_cleanerd(arr: np.ndarray, threads: int) -> dict[str, int]:
         and np.array_equal(hashes, k.hash_keys(plain_payload, plain_records))
         and np.array_equal(payload, plain_payload)
     ):
-        raise SystemExit(f"index_and_hash(threads={threads}) differs from index_batches+hash_keys")
+        raise SystemExit("index_and_hash differs from index_batches + hash_keys")
     return {
         "batches": len(scan),
         "records": int(records.shape[0]),
@@ -253,14 +246,18 @@ def digest_kafka(data: mmap.mmap) -> dict[str, int]:
 # --- per-stage breakdown of index_hash_crc (same steps as reader.scan_batches/index_and_hash) --
 
 
-def breakdown(arr: np.ndarray, repeat: int, threads: int) -> dict[str, float]:
+def breakdown(arr: np.ndarray, repeat: int) -> dict[str, float]:
     """Best-of-``repeat`` seconds of each stage of scan_batches + index_and_hash."""
     stages: dict[str, Callable[[], Any]] = {}
     batches, _end, _code = k.walk_batches(arr, 0, arr.shape[0])
     mv = arr.data
 
-    def crc_loop() -> None:  # the loop scan_batches and index_and_hash(check_crc=True) run
-        if first_bad_crc_each(arr, batches, 0, batches.shape[0], release_gil=False) >= 0:
+    def crc_kernel() -> None:  # what scan_batches and index_and_hash(check_crc=True) run
+        if crc.first_bad_crc(arr, batches) >= 0:
+            raise RuntimeError("CRC mismatch")
+
+    def crc_loop() -> None:  # the library, one call per batch (CPUs without SSE4.2)
+        if crc.first_bad_crc_each(arr, batches, 0, batches.shape[0], release_gil=False) >= 0:
             raise RuntimeError("CRC mismatch")
 
     def crc_only() -> None:  # the CRC32C work alone, without the per-batch Python loop
@@ -269,13 +266,8 @@ def breakdown(arr: np.ndarray, repeat: int, threads: int) -> dict[str, float]:
     compressed = bool((batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
 
     def payloads() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if not compressed:
-            starts = batches[:, k.B_POS] + k.HEADER_SIZE
-            return arr, starts, batches[:, k.B_POS] + batches[:, k.B_SIZE]
-        parts = [reader.batch_payload(arr, batches[i]) for i in range(batches.shape[0])]
-        lengths = np.fromiter((len(p) for p in parts), dtype=np.int64, count=len(parts))
-        ends = np.cumsum(lengths)
-        return np.frombuffer(b"".join(parts), dtype=np.uint8), ends - lengths, ends
+        laid = reader.lay_out(arr, batches)
+        return laid.buffer, laid.starts, laid.ends
 
     payload, starts, ends = payloads()
     log_append = np.where(
@@ -304,18 +296,16 @@ def breakdown(arr: np.ndarray, repeat: int, threads: int) -> dict[str, float]:
 
     stages["walk_batches_kernel"] = lambda: k.walk_batches(arr, 0, arr.shape[0])
     stages["scan_batches_nocrc"] = lambda: scan_batches(arr, check_crc=False)
-    stages["crc_loop_as_in_scan_batches"] = crc_loop
+    stages["crc_kernel_as_in_scan_batches"] = crc_kernel
+    stages["crc_library_loop"] = crc_loop
     stages["crc32c_whole_file_one_call"] = crc_only
     if compressed:
-        stages["decompress_and_join"] = payloads  # batch_payload per batch + b"".join
+        stages["decompress_and_lay_out"] = payloads  # reader.lay_out
     stages["index_records"] = lambda: k.index_records(*index_args)  # kernel + its allocation
     stages["index_records_into_fused_hash_prealloc"] = lambda: k.index_records_into(*fused_args)
-    stages["index_batches_1t"] = lambda: index_batches(arr, batches)
-    stages["index_and_hash_1t"] = lambda: index_and_hash(arr, batches)
-    stages[f"index_and_hash_{threads}t"] = lambda: index_and_hash(arr, batches, threads=threads)
-    stages[f"index_and_hash_crc_{threads}t"] = lambda: index_and_hash(
-        arr, batches, threads=threads, check_crc=True
-    )
+    stages["index_batches"] = lambda: index_batches(arr, batches)
+    stages["index_and_hash"] = lambda: index_and_hash(arr, batches)
+    stages["index_and_hash_crc"] = lambda: index_and_hash(arr, batches, check_crc=True)
     stages["hash_keys_separate_pass"] = lambda: k.hash_keys(payload, records)
     shape = (records.shape[0], k.RECORD_COLUMNS)
     # allocating + first-touching a record-matrix-sized array: numpy's allocator asks for
@@ -375,17 +365,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--batch-records", type=int, default=100, help="records per batch")
     p.add_argument("--seed", type=int, default=42, help="RNG seed for keys and values")
     p.add_argument(
-        "--threads",
-        type=int,
-        default=os.cpu_count() or 1,
-        help="threads for index_and_hash in index_hash_* (default: os.cpu_count())",
-    )
-    p.add_argument(
         "--no-baseline", action="store_true", help="skip kafka-python (no ratios reported)"
     )
     args = p.parse_args(argv)
-    if min(args.records, args.repeat, args.batch_records, args.keys, args.threads) < 1:
-        p.error("--records, --repeat, --batch-records, --keys and --threads must be positive")
+    if min(args.records, args.repeat, args.batch_records, args.keys) < 1:
+        p.error("--records, --repeat, --batch-records and --keys must be positive")
     if args.keys > 1_000_000:
         p.error("--keys is at most 1,000,000 (keys are key-%06d)")
     return args
@@ -412,7 +396,7 @@ def _measure_mapped(
     n_bytes = arr.shape[0]
     log(f"{label}: {n_bytes / 1e6:.1f} MB, checking the segment decodes (and matches kafka-python)")
     t = time.perf_counter()
-    ours = digest_cleanerd(arr, args.threads)  # the first call also loads the kernels
+    ours = digest_cleanerd(arr)  # the first call also loads the kernels
     first = time.perf_counter() - t
     if not args.no_baseline:
         theirs = digest_kafka(data)
@@ -423,36 +407,25 @@ def _measure_mapped(
     n_batches, n_records = ours["batches"], ours["records"]
     segment.update(batches=n_batches, records=n_records, first_decode_seconds=round(first, 4))
     out: dict[str, Any] = {}
-    kafka_seconds: dict[str, float] = {}
     for name in MEASUREMENTS:
-        one_thread = name.endswith("_1t")
-        base = name.removesuffix("_1t")  # the *_1t runs share the kafka-python figures
-        crc = base.endswith("_crc")
+        crc = name.endswith("_crc")
         walk = name.startswith("walk")
         log(f"{label}: {name}: cleanerd")
-        if walk:
-            ours_fn = partial(cleanerd_walk, arr, crc)
-        else:
-            ours_fn = partial(cleanerd_index_hash, arr, crc, 1 if one_thread else args.threads)
+        ours_fn = partial(cleanerd_walk if walk else cleanerd_index_hash, arr, crc)
         sec, warm, _ = best_of(ours_fn, args.repeat)
         entry: dict[str, Any] = {
             "cleanerd": rates(sec, n_batches, n_records, n_bytes)
-            | {
-                "warmup_seconds": round(warm, 4),
-                "threads": 1 if walk or one_thread else args.threads,
-            }
+            | {"warmup_seconds": round(warm, 4)}
         }
         if not args.no_baseline:
-            if base not in kafka_seconds:
-                log(f"{label}: {name}: kafka-python")
-                theirs_fn = partial(kafka_walk if walk else kafka_index_hash, data, crc)
-                kafka_seconds[base] = best_of(theirs_fn, args.repeat)[0]
-            ksec = kafka_seconds[base]
+            log(f"{label}: {name}: kafka-python")
+            theirs_fn = partial(kafka_walk if walk else kafka_index_hash, data, crc)
+            ksec = best_of(theirs_fn, args.repeat)[0]
             entry["kafka_python"] = rates(ksec, n_batches, n_records, n_bytes)
             entry["ratio"] = round(ksec / sec, 1)
         out[name] = entry
     log(f"{label}: stage breakdown")
-    stages = breakdown(arr, args.repeat, args.threads)
+    stages = breakdown(arr, args.repeat)
     out["breakdown_seconds"] = {s: round(v, 6) for s, v in stages.items()}
     return out
 
@@ -469,16 +442,14 @@ def main(argv: list[str] | None = None) -> int:
         "ratio_min": TARGET_RATIO,
         "codec": "none",
         "measurement": "index_hash_crc",
-        "threads": args.threads,
     }
     if "none" in results:
-        for suffix in ("", "_1t"):
-            b = results["none"]["index_hash_crc" + suffix]
-            target["records_per_s" + suffix] = b["cleanerd"]["records_per_s"]
-            target["ratio" + suffix] = b.get("ratio")
-            target["met" + suffix] = b["cleanerd"]["records_per_s"] >= TARGET_RECORDS_PER_S and (
-                b.get("ratio") is None or b["ratio"] >= TARGET_RATIO
-            )
+        b = results["none"]["index_hash_crc"]
+        target["records_per_s"] = b["cleanerd"]["records_per_s"]
+        target["ratio"] = b.get("ratio")
+        target["met"] = b["cleanerd"]["records_per_s"] >= TARGET_RECORDS_PER_S and (
+            b.get("ratio") is None or b["ratio"] >= TARGET_RATIO
+        )
     emit(
         "scan",
         load_at_start,
@@ -489,20 +460,17 @@ def main(argv: list[str] | None = None) -> int:
             "batch_records": args.batch_records,
             "seed": args.seed,
             "repeat": args.repeat,
-            "threads": args.threads,
             "codecs": [c.label for c in codecs],
         },
         method=(
             "best of `repeat` timed runs after one untimed warm-up run per measurement, so "
             "numba JIT compile / on-disk cache load and first-touch page faults are excluded "
             "(segments.<codec>.first_decode_seconds is the first untimed decode of each segment; "
-            "for the first codec it includes loading the kernels); index_hash_* run "
-            "index_and_hash on `threads` threads (the calling thread and a thread pool; the CRC "
-            "loop runs next to the index kernel), index_hash_*_1t and walk_* on one thread, "
-            "kafka-python on one thread; gc disabled while timing; "
+            "for the first codec it includes loading the kernels); everything on one thread, "
+            "kafka-python too; gc disabled while timing; "
             "segment mmapped read-only (page cache warm); cleanerd and kafka-python results "
             "checked equal (record count, last offset, value bytes, sums of the 128-bit key "
-            "hashes; the threaded fused path also checked equal to index_batches + hash_keys) "
+            "hashes; the fused hashes also checked equal to index_batches + hash_keys) "
             "before timing. ratio = kafka-python seconds / cleanerd seconds. "
             "*_crc runs check every batch's CRC32C, *_nocrc do not. mb_per_s = file bytes / s."
         ),

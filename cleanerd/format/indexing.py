@@ -1,29 +1,26 @@
-"""The record index over many batches, on one thread or several (see ``reader``'s docstring).
+"""The record index over many batches: one nogil kernel call over the laid-out payloads.
 
 ``index_batches`` is the hot-path record index, and ``index_and_hash`` the same with each
 record's 128-bit key hash computed as the record is parsed. Public names are reached through
 ``reader``.
+
+One thread, one kernel call: a threaded index (chunks on a thread pool, the CRC loop beside
+them) was removed in issue 10. No command used it; the daemon's workers already keep every
+core busy, and pass 1 has its own fused kernel. Tried on ``cleanerd verify`` of a 1M-record
+segment it saved a median 6% on the loaded 2-core dev VM, for the most intricate code in
+format/.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from cleanerd.format import kernels as k
-from cleanerd.format.crc import crc_reason, first_bad_crc_each
+from cleanerd.format.crc import crc_reason
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_TIMESTAMP_TYPE
 from cleanerd.format.payloads import lay_out
-from cleanerd.format.scan import I64, U8, U64, Buffer, as_uint8
-from cleanerd.format.threads import run_tasks, split_weights
-
-# With several threads, the index (and decompression) is cut into this many chunks per thread,
-# so that threads which finish early (or the one that did the CRC check) take the rest; a chunk
-# has at least _MIN_RECORDS_PER_CHUNK records, as a smaller one is not worth a thread handoff.
-_CHUNKS_PER_THREAD = 8
-_MIN_RECORDS_PER_CHUNK = 10_000
+from cleanerd.format.scan import I64, U8, U64, Buffer, as_uint8, first_crc_mismatch
 
 _RECORD_REASONS = {
     k.REC_VARINT_TOO_LONG: "record varint overflows (longer than Kafka allows)",
@@ -42,7 +39,6 @@ def index_batches(
     path: str | None = None,
     prev_last_offset: int = -1,
     check_crc: bool = False,
-    threads: int = 1,
 ) -> tuple[U8, I64]:
     """Index every record of ``batches`` (rows of a scan of ``buf``).
 
@@ -53,12 +49,8 @@ def index_batches(
     batch order, naming its position; its last good offset is ``prev_last_offset`` when the
     first batch is the bad one. ``check_crc`` also checks every batch's CRC32C (for a scan made
     with ``check_crc=False``; a mismatch is reported as ``scan_batches`` words it).
-    ``threads`` > 1 spreads the work over several threads, with the same results (see the
-    module docstring).
     """
-    payload, records, _ = _index(
-        buf, batches, path, prev_last_offset, False, check_crc=check_crc, threads=threads
-    )
+    payload, records, _ = _index(buf, batches, path, prev_last_offset, False, check_crc=check_crc)
     return payload, records
 
 
@@ -69,7 +61,6 @@ def index_and_hash(
     path: str | None = None,
     prev_last_offset: int = -1,
     check_crc: bool = False,
-    threads: int = 1,
 ) -> tuple[U8, I64, U64]:
     """``index_batches`` plus each record's 128-bit key hash: ``(payload, records, hashes)``.
 
@@ -77,7 +68,7 @@ def index_and_hash(
     (zeros for null keys) but computed by the index kernel as it parses each record, which saves
     a second pass over the record matrix and the keys.
     """
-    return _index(buf, batches, path, prev_last_offset, True, check_crc=check_crc, threads=threads)
+    return _index(buf, batches, path, prev_last_offset, True, check_crc=check_crc)
 
 
 def _index(
@@ -88,13 +79,9 @@ def _index(
     with_hashes: bool,
     *,
     check_crc: bool,
-    threads: int,
 ) -> tuple[U8, I64, U64]:
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, not {threads}")
     arr = as_uint8(buf)
     n = batches.shape[0]
-    chunks_per_step = 1 if threads == 1 else threads * _CHUNKS_PER_THREAD
 
     def column(c: int) -> I64:
         return np.ascontiguousarray(batches[:, c])
@@ -117,17 +104,12 @@ def _index(
     if bad_count >= 0:
         usable = bad_count
         early = error(_RECORD_REASONS[k.REC_COUNT_MISMATCH], bad_count)
-    row0 = np.zeros(usable + 1, dtype=np.int64)
-    np.cumsum(counts[:usable], out=row0[1:])
-    records = np.empty((int(row0[-1]), k.RECORD_COLUMNS), dtype=np.int64)
+    records = np.empty((int(counts[:usable].sum()), k.RECORD_COLUMNS), dtype=np.int64)
     hashes = np.empty((records.shape[0], 2), dtype=np.uint64) if with_hashes else k.NO_HASHES
     log_append = np.where(
         batches[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, batches[:, k.B_MAX_TIMESTAMP], -1
     )
-    # Every chunk starts from the offset the single-threaded walk starts from; whether offsets
-    # keep increasing across chunk boundaries is checked below on the finished matrix.
-    first_prev = int(batches[0, k.B_BASE_OFFSET]) - 1 if n else 0
-    args = (
+    _rows, err, bad, _pos = k.index_records_into(
         payload,
         np.ascontiguousarray(starts),
         np.ascontiguousarray(ends),
@@ -138,54 +120,19 @@ def _index(
         np.ascontiguousarray(log_append),
         records,
         hashes,
+        0,
+        usable,
+        0,
+        int(batches[0, k.B_BASE_OFFSET]) - 1 if n else 0,
     )
-    chunks = split_weights(counts[:usable], chunks_per_step, _MIN_RECORDS_PER_CHUNK)
-    results = [(0, k.REC_OK, -1, -1)] * len(chunks)
-    # The CRC check and the index run as a list of tasks, taken in order by the threads: the
-    # CRC check (one task: two CRC loops fight over the GIL), then chunks of the index (the
-    # kernel does not hold the GIL). Tasks record what went wrong; the first error in batch
-    # order is picked at the end. Too little work for two chunks stays on this thread.
-    parallel = len(chunks) > 1
-    crc_bad = [-1]
-
-    def crc_task() -> None:
-        crc_bad[0] = first_bad_crc_each(arr, batches, 0, n, release_gil=parallel)
-
-    def index_task(c: int) -> None:
-        first, stop = chunks[c]
-        rows, err, bad, pos = k.index_records_into(*args, first, stop, int(row0[first]), first_prev)
-        results[c] = int(rows), int(err), int(bad), int(pos)
-
-    tasks = [crc_task] if check_crc and n else []
-    tasks.extend(partial(index_task, c) for c in range(len(chunks)))
-    run_tasks(tasks, threads if parallel else 1)
-
     # the first error in batch order; a CRC mismatch goes first in its batch, as in scan_batches
-    if 0 <= crc_bad[0] <= usable:
-        usable = crc_bad[0]
+    crc_bad = first_crc_mismatch(arr, batches, n) if check_crc else -1
+    if 0 <= crc_bad <= usable:
+        usable = crc_bad
         early = error(crc_reason(arr, batches, usable), usable)
-    for c, (first, stop) in enumerate(chunks):
-        if first >= usable:
-            break
-        _rows, err, bad, _pos = results[c]
-        r0 = int(row0[first])
-        crossed = 0 < r0 < row0[stop] and records[r0, k.R_OFFSET] <= records[r0 - 1, k.R_OFFSET]
-        if err == k.REC_OK and not crossed:
-            continue
-        if first:
-            # Only the first record of a chunk depends on the batches before it: index the chunk
-            # again from the exact previous offset to get the error the single thread reports.
-            prev = int(records[r0 - 1, k.R_OFFSET]) if r0 else first_prev
-            _rows, err, bad, _pos = (
-                int(v) for v in k.index_records_into(*args, first, stop, r0, prev)
-            )
-            if err == k.REC_OK:
-                raise AssertionError(f"batches {first}:{stop} index cleanly on their own")
-        if bad < usable:
-            reason = _RECORD_REASONS.get(err, f"record error {err}")
-            base = int(batches[bad, k.B_BASE_OFFSET])
-            raise error(f"{reason} (batch base offset {base})", bad)
-        break
+    if err != k.REC_OK and bad < usable:
+        reason = _RECORD_REASONS.get(int(err), f"record error {int(err)}")
+        raise error(f"{reason} (batch base offset {int(batches[bad, k.B_BASE_OFFSET])})", int(bad))
     if early is not None:
         raise early
     if records.shape[0]:

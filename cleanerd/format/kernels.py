@@ -17,9 +17,9 @@ The record index kernel can hash each key as it parses the record (``index_recor
 record matrix and the keys from memory.
 
 No kernel uses ``parallel=True``: the daemon calls kernels from several Python threads at once, and
-numba's default (workqueue) threading layer is not safe for that. Callers split the work instead
-(``reader.index_batches(threads=...)``): disjoint batch ranges on Python threads, each running a
-``nogil`` kernel into its own rows of one output matrix.
+numba's default (workqueue) threading layer is not safe for that. ``index_records_into`` still
+takes a batch range and the output row to start at, so disjoint ranges could fill one matrix
+from several threads.
 """
 
 from __future__ import annotations

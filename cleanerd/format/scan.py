@@ -91,11 +91,6 @@ def scan_batches(
     offset, and base offsets strictly above the previous batch's last offset (starting from
     ``prev_last_offset``). Positions in the result and in the error are positions in ``buf``.
     Raises ValueError unless ``0 <= start <= end <= len(buf)``.
-
-    To check CRCs on several threads, scan with ``check_crc=False`` and pass ``check_crc=True``
-    to ``index_batches``/``index_and_hash``: the CRC loop spends about half its time in Python
-    holding the GIL, so two CRC loops on two threads are slower than one, but one CRC loop runs
-    well next to the index kernel, which does not hold the GIL.
     """
     arr = as_uint8(buf)
     size = arr.shape[0]
@@ -130,7 +125,7 @@ def scan_batches(
             codec = int(batches[bad, k.B_ATTRIBUTES]) & ATTR_CODEC_MASK
             reason = f"unknown compression codec id {codec}"
     if check_crc:
-        crc_bad = _first_bad_crc(arr, batches, bad)
+        crc_bad = first_crc_mismatch(arr, batches, bad)
         if crc_bad >= 0:
             bad = crc_bad
             reason = crc_reason(arr, batches, bad)
@@ -155,7 +150,7 @@ def scan_batches(
     return BatchScan(batches, int(walk_end), error)
 
 
-def _first_bad_crc(arr: U8, batches: I64, stop: int) -> int:
+def first_crc_mismatch(arr: U8, batches: I64, stop: int) -> int:
     """The first of batches ``0..stop-1`` whose CRC32C does not match, or -1: all of them in one
     kernel call where the CPU has CRC32C (``crc.first_bad_crc``), and the library, batch by
     batch, only when there is none or the kernel finds a mismatch (the library's answer is

@@ -1,10 +1,8 @@
-"""The hot-path index on several threads, and the key hashes fused into the index kernel.
+"""The hot-path record index and the key hashes fused into its kernel.
 
-``index_batches``/``index_and_hash`` with ``threads`` > 1 must give exactly what one thread gives:
-the same payload, record matrix and hashes, and for damaged input the same CorruptRecordError
-(the first bad batch in batch order, its position, reason and last good offset), wherever the
-chunk boundaries fall. Most tests lower the minimum chunk size so that small buffers are split
-into many chunks (a boundary at every batch when there are few batches).
+``index_batches``/``index_and_hash`` give the same payload and record matrix, with and without the
+CRC check, and for damaged input the CorruptRecordError of the first bad batch in batch order
+(its position, reason and last good offset), whichever check finds it.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import mmh3
 import numpy as np
 import pytest
 
-from cleanerd.format import indexing
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch, finish_crc
 from cleanerd.format.codecs import Compression
@@ -31,18 +28,12 @@ from cleanerd.format.records import Record
 
 U64 = (1 << 64) - 1
 PATH = "/data/t-0/00000000000000000000.log"
-THREADS = [2, 3, 4, 16]
 CODEC_MIXES = {
     "none": [Compression.NONE],
     "lz4": [Compression.LZ4],
     "zstd": [Compression.ZSTD],
     "mixed": list(Compression),
 }
-
-
-@pytest.fixture(autouse=True)
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(indexing, "_MIN_RECORDS_PER_CHUNK", 1)
 
 
 def random_batches(
@@ -100,16 +91,14 @@ def positions(batches: list[bytes]) -> list[int]:
 
 
 def result(
-    data: bytes, threads: int, *, check_crc: bool = False, rows: np.ndarray | None = None
+    data: bytes, *, check_crc: bool = False, rows: np.ndarray | None = None
 ) -> tuple[bytes, np.ndarray, np.ndarray] | tuple[str, int | None, int, str]:
     """index_and_hash's result, or the error's type, position, last good offset and message."""
     scan = scan_batches(data, path=PATH, check_crc=not check_crc)
     scan.raise_error()
     batches = scan.batches if rows is None else scan.batches[rows]
     try:
-        payload, records, hashes = index_and_hash(
-            data, batches, path=PATH, check_crc=check_crc, threads=threads
-        )
+        payload, records, hashes = index_and_hash(data, batches, path=PATH, check_crc=check_crc)
     except CorruptRecordError as e:
         return type(e).__name__, e.position, e.last_good_offset, str(e)
     return bytes(payload), records, hashes
@@ -129,68 +118,45 @@ def assert_same(a: object, b: object) -> None:
         assert a == b
 
 
-# -- same results on any number of threads ------------------------------------------------------
+# -- the same results whichever way they are asked for -------------------------------------------
 
 
 @pytest.mark.parametrize("mix", list(CODEC_MIXES))
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_threads_match_one_thread(mix: str, seed: int) -> None:
+def test_index_batches_and_the_crc_check_give_the_same_index(mix: str, seed: int) -> None:
     data = b"".join(random_batches(seed, 40, CODEC_MIXES[mix]))
-    one = result(data, 1)
+    one = result(data)
     assert isinstance(one[1], np.ndarray)
     assert one[1].shape[0] > 100
-    for threads in THREADS:
-        assert_same(one, result(data, threads))
-        assert_same(one, result(data, threads, check_crc=True))
-    # index_batches gives the same payload and records
-    scan = scan_batches(data)
-    for threads in [1, *THREADS]:
-        payload, records = index_batches(data, scan.batches, threads=threads)
-        assert bytes(payload) == one[0]
-        assert np.array_equal(records, one[1])
-
-
-def test_default_chunk_size_splits_large_input(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.undo()  # the real minimum chunk size
-    assert indexing._MIN_RECORDS_PER_CHUNK >= 1000
-    n = 2 * indexing._MIN_RECORDS_PER_CHUNK + 500
-    recs = [Record(i, i, b"key-%d" % (i % 97), b"v" * (i % 13)) for i in range(n)]
-    data = b"".join(build_batch(recs[i : i + 250]) for i in range(0, n, 250))
-    one = result(data, 1)
-    assert_same(one, result(data, 2))
-    assert_same(one, result(data, 8, check_crc=True))
+    assert_same(one, result(data, check_crc=True))
+    payload, records = index_batches(data, scan_batches(data).batches)
+    assert bytes(payload) == one[0]
+    assert np.array_equal(records, one[1])
 
 
 def test_empty_and_tiny_inputs() -> None:
     empty = np.zeros((0, k.BATCH_COLUMNS), dtype=np.int64)
-    for threads in [1, 4]:
-        payload, records, hashes = index_and_hash(b"", empty, threads=threads, check_crc=True)
-        assert records.shape == (0, k.RECORD_COLUMNS)
-        assert hashes.shape == (0, 2)
-        assert payload.shape == (0,)
+    payload, records, hashes = index_and_hash(b"", empty, check_crc=True)
+    assert records.shape == (0, k.RECORD_COLUMNS)
+    assert hashes.shape == (0, 2)
+    assert payload.shape == (0,)
     one_batch = build_batch([Record(5, 1, b"k", b"v")])
-    assert_same(result(one_batch, 1), result(one_batch, 4, check_crc=True))
+    assert_same(result(one_batch), result(one_batch, check_crc=True))
     only_empty = build_batch([], base_offset=0, last_offset=3)
-    assert_same(result(only_empty, 1), result(only_empty, 3))
+    got = result(only_empty)
+    assert isinstance(got[1], np.ndarray)
+    assert got[1].shape == (0, k.RECORD_COLUMNS)
 
 
-def test_threads_must_be_positive() -> None:
-    data = build_batch([Record(0, 1, b"k", b"v")])
-    scan = scan_batches(data)
-    with pytest.raises(ValueError, match="threads"):
-        index_batches(data, scan.batches, threads=0)
-    with pytest.raises(ValueError, match="threads"):
-        index_and_hash(data, scan.batches, threads=-1)
-
-
-def test_concurrent_callers_share_the_pool() -> None:
+def test_concurrent_callers_get_their_own_results() -> None:
+    """The daemon's workers index on several threads at once (the kernel releases the GIL)."""
     data = b"".join(random_batches(7, 30, CODEC_MIXES["mixed"]))
-    want = result(data, 1)
+    want = result(data)
     got: list[object] = []
 
     def call() -> None:
         for _ in range(5):
-            got.append(result(data, 3, check_crc=True))
+            got.append(result(data, check_crc=True))
 
     workers = [threading.Thread(target=call) for _ in range(4)]
     for w in workers:
@@ -214,15 +180,14 @@ def mmh3_pair(key: bytes) -> tuple[int, int]:
 def test_fused_hashes_equal_hash_keys_and_mmh3(mix: str) -> None:
     data = b"".join(random_batches(11, 30, CODEC_MIXES[mix]))
     scan = scan_batches(data)
-    for threads in [1, 3]:
-        payload, records, hashes = index_and_hash(data, scan.batches, threads=threads)
-        assert hashes.dtype == np.uint64
-        assert hashes.shape == (records.shape[0], 2)
-        assert np.array_equal(hashes, k.hash_keys(payload, records))
-        recs = list(records_from_index(payload, records))
-        assert len(recs) == records.shape[0]
-        for rec, (h1, h2) in zip(recs, hashes.tolist(), strict=True):
-            assert (h1, h2) == ((0, 0) if rec.key is None else mmh3_pair(rec.key))
+    payload, records, hashes = index_and_hash(data, scan.batches)
+    assert hashes.dtype == np.uint64
+    assert hashes.shape == (records.shape[0], 2)
+    assert np.array_equal(hashes, k.hash_keys(payload, records))
+    recs = list(records_from_index(payload, records))
+    assert len(recs) == records.shape[0]
+    for rec, (h1, h2) in zip(recs, hashes.tolist(), strict=True):
+        assert (h1, h2) == ((0, 0) if rec.key is None else mmh3_pair(rec.key))
 
 
 def test_fused_hashes_every_key_length() -> None:
@@ -274,7 +239,7 @@ def test_kernel_rejects_small_outputs() -> None:
         k.index_records_into(*short, out, hashes, 0, 1, 0, -1)
 
 
-# -- the first error in batch order, whatever the chunks -----------------------------------------
+# -- the first error in batch order, whichever check finds it ------------------------------------
 
 
 def damage(data: bytearray, pos: int, kind: str) -> None:
@@ -300,11 +265,9 @@ def planted(
 
 
 def expect_error(data: bytes, pos: list[int], bad: int, *, check_crc: bool = False) -> None:
-    one = result(data, 1, check_crc=check_crc)
+    one = result(data, check_crc=check_crc)
     assert isinstance(one[0], str), "no error"
     assert one[1] == pos[bad]
-    for threads in THREADS:
-        assert result(data, threads, check_crc=check_crc) == one
 
 
 @pytest.mark.parametrize(
@@ -355,7 +318,7 @@ def test_codec_error_before_a_crc_error() -> None:
     # the CRC mismatch is reported when it comes first, or in the same batch
     same = bytearray(data)
     same[pos[4] + 70] ^= 0xFF
-    one = result(bytes(same), 1, check_crc=True)
+    one = result(bytes(same), check_crc=True)
     assert one[1] == pos[4]
     assert "CRC mismatch" in str(one[3])
     expect_error(bytes(same), pos, 4, check_crc=True)
@@ -370,14 +333,13 @@ def test_crc_error_found_by_the_index() -> None:
     assert scan.error is not None
     assert scan.error.position == pos[8]
     want = ("CorruptRecordError", pos[8], scan.error.last_good_offset, str(scan.error))
-    for threads in [1, *THREADS]:
-        assert result(bytes(broken), threads, check_crc=True) == want
+    assert result(bytes(broken), check_crc=True) == want
     # without the CRC check, the planted record error is what is left to find
     expect_error(data, pos, 17, check_crc=True)
 
 
-def test_offsets_must_increase_across_chunks() -> None:
-    """Batches passed out of order: the check that crosses a chunk boundary."""
+def test_offsets_must_increase_across_batches() -> None:
+    """Batches passed out of order: the record offsets of one must follow the other's."""
     data = b"".join(random_batches(4, 16, [Compression.NONE], max_records=6))
     scan = scan_batches(data)
     n = len(scan)
@@ -391,11 +353,9 @@ def test_offsets_must_increase_across_chunks() -> None:
         list(range(n))[::-1],
     ):
         idx = np.array(rows)
-        one = result(data, 1, rows=idx)
+        one = result(data, rows=idx)
         assert isinstance(one[0], str), rows
         assert "offset" in one[3]
-        for threads in THREADS:
-            assert result(data, threads, rows=idx) == one, (rows, threads)
 
 
 def random_damage(seed: int) -> Iterator[bytes]:
@@ -420,12 +380,14 @@ def finish_crc_at(data: bytearray, pos: int, size: int) -> None:
 
 
 @pytest.mark.parametrize("seed", [21, 22, 23])
-def test_random_damage_same_error_on_every_thread_count(seed: int) -> None:
+def test_random_damage_same_result_with_and_without_the_crc_check(seed: int) -> None:
+    """The damage comes with a recomputed CRC: the CRC check finds nothing more."""
+    errors = 0
     for data in random_damage(seed):
-        one = result(data, 1)
-        for threads in THREADS:
-            assert_same(one, result(data, threads))
-            assert_same(one, result(data, threads, check_crc=True))
+        one = result(data)
+        assert_same(one, result(data, check_crc=True))
+        errors += isinstance(one[0], str)
+    assert errors > 0
 
 
 # -- scan bounds -------------------------------------------------------------------------------
