@@ -159,7 +159,7 @@ def winners(rows: DataFrame, versioned: bool) -> DataFrame:
         )
     dirty_keys = rows.where(F.col("dirty")).select("h1", "h2").distinct()
     best = (
-        rows.join(dirty_keys, ["h1", "h2"], "left_semi")
+        rows.join(dirty_keys.hint("shuffle_hash"), ["h1", "h2"], "left_semi")
         .groupBy("h1", "h2")
         .agg(F.max(F.struct("has", "version", "offset")).alias("w"))
     )
@@ -174,7 +174,8 @@ def winners_by_group(
     from pyspark.sql import functions as F  # noqa: N812, PLC0415 (the spark extra)
 
     keys = rows.select("grp", "h1", "h2").distinct()
-    assigned = keys.join(winners(rows, versioned), ["h1", "h2"]).select(*WINNER_COLUMNS)
+    won = winners(rows, versioned).hint("shuffle_hash")  # partitioned by key hash, never broadcast
+    assigned = keys.join(won, ["h1", "h2"]).select(*WINNER_COLUMNS)
     markers = spark.range(groups).select(
         F.col("id").cast("int").alias("grp"),
         F.lit(0).cast("long").alias("h1"),
