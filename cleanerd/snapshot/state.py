@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction.batches import index_and_hash, transaction_verdicts
-from cleanerd.compaction.offset_map import OffsetMap
+from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
 from cleanerd.compaction.strategy import StrategyConfig, compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
@@ -41,6 +41,8 @@ Source = Callable[[], Iterator[Chunk]]
 
 
 def _candidates(payload: Arr, recs: Arr, hashes: Arr, keep: Arr) -> Chunk:
+    if keep.all():
+        return payload, recs, hashes  # the usual case: no copy
     return payload, recs[keep], hashes[keep]
 
 
@@ -53,9 +55,10 @@ def log_candidates(segments: Sequence[LogSegment], start: int, end: int) -> Sour
             return
         meta = CleanedTransactionMetadata(collect_aborted(segments, start, end))
         reached = start - 1
-        for seg in segments:
-            if seg.next_offset() <= start:
-                continue
+        for i, seg in enumerate(segments):
+            nxt = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if nxt is not None and nxt <= start:
+                continue  # wholly below the range (a segment's offsets end below the next base)
             if seg.base_offset >= end:
                 break
             _, position = seg.offset_index.lookup(start)
@@ -105,20 +108,25 @@ def snapshot_candidates(buffer: Any, path: str) -> Source:
     return walk
 
 
-def _slice(hashes: Arr, modulus: int, residue: int) -> Arr:
-    """The rows whose key hash falls in the slice ``h1 % modulus == residue``."""
+def _slice(hashes: Arr, modulus: int, residue: int) -> Arr | slice:
+    """The rows whose key hash falls in the slice ``h1 % modulus == residue`` (all: a view)."""
     if modulus == 1:
-        return np.arange(hashes.shape[0])
+        return slice(None)
     return np.flatnonzero(hashes[:, 0] % np.uint64(modulus) == np.uint64(residue))
+
+
+def _empty(sel: Arr | slice, rows: Arr) -> bool:
+    return rows.shape[0] == 0 if isinstance(sel, slice) else sel.size == 0
 
 
 def _fill(omap: OffsetMap, sources: Sequence[Source], modulus: int, residue: int) -> bool:
     """Pass 1 over one slice; False when the map filled up."""
-    omap.clear()
+    if omap.size:
+        omap.clear()
     for source in sources:
         for payload, recs, hashes in source():
             sel = _slice(hashes, modulus, residue)
-            if sel.size == 0:
+            if _empty(sel, recs):
                 continue
             versions, has_version, _ = compute_versions(omap.config, payload, recs[sel])
             _, full = omap.put_batch(hashes[sel], recs[sel, k.R_OFFSET], versions, has_version)
@@ -134,7 +142,7 @@ def _emit(
     for source in sources:
         for payload, recs, hashes in source():
             sel = _slice(hashes, modulus, residue)
-            if sel.size == 0:
+            if _empty(sel, recs):
                 continue
             winner, _, _ = omap.get(hashes[sel])
             rows = recs[sel]
@@ -172,7 +180,9 @@ def live_records(
     records): the key space is cut into enough slices for that many keys to fit the map, and a
     slice is cut finer when it still fills it (keys need not spread evenly).
     """
-    omap = OffsetMap(budget_bytes, strategy)
+    # no bigger than the candidates need: a smaller table stays in cache and costs less to zero
+    need = slot_bytes(strategy) * (math.ceil(max(candidate_bound, 1) / DEFAULT_LOAD_FACTOR) + 2)
+    omap = OffsetMap(min(budget_bytes, need), strategy)
     slices = max(1, math.ceil(candidate_bound / omap.max_entries))
     for residue in range(slices):
         yield from _slice_state(omap, sources, slices, residue, tombstones)
