@@ -60,6 +60,14 @@ def user_cache_dirs() -> list[Path]:
     return dirs
 
 
+_private: str | None = None
+
+
+def private_dir() -> str | None:
+    """The temporary cache dir of this process when no other was writable (else None)."""
+    return _private
+
+
 def _remove(path: str, owner: int) -> None:
     if os.getpid() == owner:  # not in a forked child that inherited the handler
         shutil.rmtree(path, ignore_errors=True)
@@ -85,7 +93,8 @@ def configure_numba_cache() -> str | None:
                 return _warn(f"{why[0]}; compiled kernels go to {candidate} instead")
             return None
     why += [f"{c} is not writable" for c in candidates] or ["no HOME"]
-    private = tempfile.mkdtemp(prefix="cleanerd-numba-")  # mode 0700
+    global _private  # noqa: PLW0603 (one per process, like the environment variable it mirrors)
+    private = _private = tempfile.mkdtemp(prefix="cleanerd-numba-")  # mode 0700
     atexit.register(_remove, private, os.getpid())
     os.environ["NUMBA_CACHE_DIR"] = private
     return _warn(

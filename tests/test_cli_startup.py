@@ -75,6 +75,7 @@ def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
 def test_warmup_compiles_every_kernel_path(warm_cache: tuple[Path, dict[str, object]]) -> None:
     cache, report = warm_cache
     assert report["cache_dir"] == str(cache)
+    assert report["kept"] is True
     compiled = report["compiled"]
     assert isinstance(compiled, list)
     assert report["kernels_compiled"] == len(compiled) > 0

@@ -64,6 +64,7 @@ def test_writable_package_dir_keeps_numbas_default(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(_jitcache, "_package_writable", lambda: True)
     assert _jitcache.configure_numba_cache() is None
     assert os.environ["NUMBA_CACHE_DIR"] == ""
+    assert _jitcache.private_dir() is None
 
 
 def test_explicit_numba_cache_dir_wins(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -95,9 +96,11 @@ def test_nothing_writable_uses_a_private_temp_dir_and_says_how_to_fix_it(
     _clean_env(monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", _UNWRITABLE)
     monkeypatch.setattr(_jitcache, "_package_writable", lambda: False)
+    monkeypatch.setattr(_jitcache, "_private", None)
     warning = _jitcache.configure_numba_cache()
     private = Path(os.environ["NUMBA_CACHE_DIR"])
     try:
+        assert _jitcache.private_dir() == str(private)  # warmup says it keeps nothing
         assert private.is_dir()
         assert stat.S_IMODE(private.stat().st_mode) == 0o700
         assert warning is not None

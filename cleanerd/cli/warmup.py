@@ -23,6 +23,7 @@ from typing import Any
 
 import click
 
+from cleanerd._jitcache import private_dir
 from cleanerd.cli.options import format_option
 from cleanerd.compaction.jit import compile_clock
 from cleanerd.compaction.one_shot import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory
@@ -50,6 +51,7 @@ class WarmupReport:
     cache_hits: int
     cache_dir: str
     runs: list[str]
+    kept: bool = True  # False: the cache is this process's temporary dir, removed at exit
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -58,6 +60,7 @@ class WarmupReport:
             "seconds": round(self.seconds, 3),
             "kernels_loaded_from_cache": self.cache_hits,
             "cache_dir": self.cache_dir,
+            "kept": self.kept,
             "runs": self.runs,
             "compiled": self.compiled,
         }
@@ -142,6 +145,7 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
         seconds=time.perf_counter() - started,
         cache_hits=_cache_hits(),
         cache_dir=os.environ.get("NUMBA_CACHE_DIR") or "next to the package (__pycache__)",
+        kept=private_dir() is None,
         runs=runs,
     )
 
@@ -167,9 +171,10 @@ def warmup(fmt: str) -> None:
 
     Runs the real code paths (every codec and strategy, multi-pass cleaning, sweeps,
     transactions, index rebuilds, verify and dump) on small logs in a temporary dir. The cache
-    is NUMBA_CACHE_DIR if set, else next to the package if writable, else
-    $XDG_CACHE_HOME/cleanerd/numba (~/.cache/cleanerd/numba). A second run compiles nothing.
-    Run it where the cache will be used: the image build, or systemd's ExecStartPre=.
+    is the first writable of: NUMBA_CACHE_DIR, next to the package, $CACHE_DIRECTORY/numba
+    (systemd's CacheDirectory=), $XDG_CACHE_HOME/cleanerd/numba or ~/.cache/cleanerd/numba.
+    A second run compiles nothing. Run it with the environment the commands will have: in the
+    image build, or as systemd's ExecStartPre=.
     """
     verbose = fmt == "text" and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="cleanerd-warmup-") as tmp:
@@ -182,3 +187,9 @@ def warmup(fmt: str) -> None:
         f"({report.cache_hits} loaded from cache; {report.seconds:.1f} s in all); "
         f"cache: {report.cache_dir}"
     )
+    if not report.kept:
+        click.echo(
+            "warning: that cache is temporary and was removed: nothing is kept for later runs "
+            "(set NUMBA_CACHE_DIR to a writable dir)",
+            err=True,
+        )
