@@ -264,3 +264,32 @@ def delete(path: Path) -> None:
     """Delete one snapshot file (renamed to .checkpoint.deleted first, as Kafka does)."""
     delete_snapshot(path)
     click.echo(f"deleted {path}")
+
+
+@snapshot_group.command("fetch")
+@click.argument("url")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--token",
+    help="The daemon's cleanerd.admin.token, sent as a bearer token (needed unless loopback).",
+)
+def fetch(url: str, directory: Path, token: str | None) -> None:
+    """Download a snapshot from a running daemon into DIRECTORY (KIP-630's FetchSnapshot).
+
+    URL is http://HOST:PORT/partitions/TOPIC/PARTITION/snapshots (the newest snapshot) or
+    .../snapshots/ID (that one). A broken transfer resumes from the .part file on the next run;
+    the file is installed only after its CRCs, header and footer check out.
+    """
+    import asyncio  # noqa: PLC0415 (only this command runs an event loop)
+
+    from cleanerd.service.snapshot_fetch import (  # noqa: PLC0415 (aiohttp only for fetch)
+        FetchError,
+        fetch_snapshot,
+    )
+
+    try:
+        path = asyncio.run(fetch_snapshot(url, directory, token, report=_warn))
+    except FetchError as e:
+        click.echo(f"Error: {e}", err=True)
+        raise SystemExit(1) from None
+    click.echo(f"fetched {path} ({path.stat().st_size} bytes)")

@@ -8,7 +8,8 @@ rule unless ``cleanerd.http.status.public`` is set. ``/metrics`` and ``/healthz`
 Prometheus and health checkers expect. Forwarding headers are ignored on purpose: behind a
 reverse proxy on the same host every request looks local, so such a deployment should set
 ``cleanerd.admin.token`` and not rely on loopback alone. No route takes a body; a request body
-over ``MAX_BODY_BYTES`` is refused (413) before any handler runs.
+over ``MAX_BODY_BYTES`` is refused (413) before any handler runs. Snapshot listing and download
+(KIP-630's FetchSnapshot) live in ``snapshot_routes`` and follow the admin rule.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
@@ -25,6 +27,7 @@ from cleanerd.config_warnings import is_loopback_host
 from cleanerd.scheduling.state import PartitionStatus
 from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.snapshot import DaemonSnapshot
+from cleanerd.service.snapshot_routes import add_snapshot_routes
 from cleanerd.storage.topic_partition import TopicPartition
 
 ACTIONS = ("pause", "resume", "clean")
@@ -137,6 +140,10 @@ def make_app(
         state = "uncleanable" if status.uncleanable else status.state.value
         return _json({"partition": str(tp), "state": state})
 
+    def find_partition(tp: TopicPartition) -> Path | None:
+        found = (p.directory for p in api.snapshot().partitions if p.tp == tp)
+        return next(found, None)
+
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_cap_body])
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
@@ -147,6 +154,7 @@ def make_app(
         "/partitions/{topic}/{partition:[0-9]{1,10}}/{action:" + "|".join(ACTIONS) + "}",
         post_action,
     )
+    add_snapshot_routes(app, find_partition, trusted, _json, _error)
     return app
 
 
@@ -183,5 +191,5 @@ async def start_http(
     port: int,
     access: Access | Callable[[], Access] = Access(),
 ) -> HttpServer:
-    """Serve metrics, health, status and admin actions on host:port (port 0: any free port)."""
+    """Serve metrics, health, status, admin actions and snapshots on host:port (0: any port)."""
     return await serve_app(make_app(api, metrics, access), host, port)
