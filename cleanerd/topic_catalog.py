@@ -44,6 +44,13 @@ TOPIC_SETTINGS = (
     TopicSetting("compaction.strategy.header", "", "log.cleaner.compaction.strategy.header"),
     # a broker setting in Kafka (the producer state's); here a topic may override it too
     TopicSetting("producer.id.expiration.ms", 86_400_000, "producer.id.expiration.ms"),
+    # the codec of the topic's snapshots ("producer": uncompressed, as a snapshot has no producer)
+    TopicSetting("compression.type", "producer", "compression.type"),
+    # KIP-630 snapshots of the compacted state (cleanerd's own; Kafka has them only for KRaft)
+    TopicSetting("snapshot.enable", False, "log.cleaner.snapshot.enable"),
+    TopicSetting("snapshot.minimum.records", 20_000, "log.cleaner.snapshot.minimum.records"),
+    TopicSetting("snapshot.retention.count", 2, "log.cleaner.snapshot.retention.count"),
+    TopicSetting("snapshot.truncate.log", False, "log.cleaner.snapshot.truncate.log"),
 )
 """The topic settings the cleaner uses, in the order ``config show`` lists their broker names."""
 
@@ -61,7 +68,7 @@ refuses more."""
 
 UNUSED_TOPIC_SETTINGS = frozenset(
     (
-        *("compression.type", "compression.gzip.level", "compression.lz4.level"),
+        *("compression.gzip.level", "compression.lz4.level"),
         *("compression.zstd.level", "file.delete.delay.ms", "flush.messages", "flush.ms"),
         *("follower.replication.throttled.replicas", "leader.replication.throttled.replicas"),
         *("local.retention.bytes", "local.retention.ms", "message.downconversion.enable"),
@@ -127,6 +134,29 @@ def parse_double(setting: str, value: object) -> float:
         return float(value)
     except ValueError:
         raise InvalidTopicConfigError(setting, value, "must be a number") from None
+
+
+COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+"""Kafka's ``compression.type`` values."""
+
+
+def parse_boolean(setting: str, value: object) -> bool:
+    """A Kafka BOOLEAN: a bool, or ``true``/``false`` in any case (a properties file's text)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise InvalidTopicConfigError(setting, value, "must be true or false")
+
+
+def parse_compression_type(setting: str, value: object) -> str:
+    """One of Kafka's ``compression.type`` values (case-insensitive)."""
+    text = str(value).strip().lower()
+    if text not in COMPRESSION_TYPES:
+        raise InvalidTopicConfigError(
+            setting, value, f"must be one of {', '.join(COMPRESSION_TYPES)}"
+        )
+    return text
 
 
 def long_default(name: str) -> int:

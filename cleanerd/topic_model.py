@@ -18,13 +18,16 @@ from typing import Any
 
 from cleanerd.topic_catalog import (
     COMPACT,
+    DEFAULTS,
     DELETE,
     KNOWN_SETTINGS,
     LONG_MAX,
     InvalidTopicConfigError,
     double_default,
     long_default,
+    parse_boolean,
     parse_cleanup_policy,
+    parse_compression_type,
     parse_double,
     parse_long,
 )
@@ -38,6 +41,7 @@ __all__ = [
     "TOPIC_STRATEGY_HEADER",
     "LogConfig",
     "RetentionConfig",
+    "SnapshotSettings",
     "Strategy",
     "StrategyConfig",
     "TopicCleanerConfig",
@@ -303,6 +307,42 @@ _RETENTION_SETTINGS = {"retention.ms": "retention_ms", "retention.bytes": "reten
 
 
 @dataclass(frozen=True)
+class SnapshotSettings:
+    """A topic's KIP-630 snapshots: taken by the daemon when enabled, once more than
+    ``minimum_records`` offsets lie between the newest snapshot and the high watermark; the
+    newest ``retention_count`` kept; with ``truncate_log`` the segments a snapshot replaces go."""
+
+    enable: bool = False
+    minimum_records: int = long_default("snapshot.minimum.records")
+    retention_count: int = long_default("snapshot.retention.count")
+    truncate_log: bool = False
+    compression_type: str = "producer"
+
+    def __post_init__(self) -> None:
+        if self.minimum_records < 0:
+            raise InvalidTopicConfigError(
+                "snapshot.minimum.records", self.minimum_records, "must be at least 0"
+            )
+        if self.retention_count < 1:
+            raise InvalidTopicConfigError(
+                "snapshot.retention.count", self.retention_count, "must be at least 1"
+            )
+
+    @classmethod
+    def from_kafka(cls, settings: Mapping[str, object]) -> SnapshotSettings:
+        def get(name: str) -> object:
+            return settings.get(name, DEFAULTS[name])
+
+        return cls(
+            enable=parse_boolean("snapshot.enable", get("snapshot.enable")),
+            minimum_records=parse_long("snapshot.minimum.records", get("snapshot.minimum.records")),
+            retention_count=parse_long("snapshot.retention.count", get("snapshot.retention.count")),
+            truncate_log=parse_boolean("snapshot.truncate.log", get("snapshot.truncate.log")),
+            compression_type=parse_compression_type("compression.type", get("compression.type")),
+        )
+
+
+@dataclass(frozen=True)
 class TopicSettings:
     """What a topic is configured with: the cleaner's, the strategy's and storage's settings."""
 
@@ -310,6 +350,7 @@ class TopicSettings:
     strategy: StrategyConfig
     log: LogConfig
     retention: RetentionConfig = field(default_factory=RetentionConfig)  # with policy delete
+    snapshot: SnapshotSettings = field(default_factory=SnapshotSettings)
 
     @classmethod
     def from_kafka(cls, settings: Mapping[str, object]) -> TopicSettings:
@@ -319,7 +360,9 @@ class TopicSettings:
         log["max_compaction_lag_ms"] = cleaner.max_compaction_lag_ms
         log.update(_integers(settings, _LOG_SETTINGS))
         retention = RetentionConfig(**_integers(settings, _RETENTION_SETTINGS))
-        return cls(cleaner, StrategyConfig.from_topic(settings), LogConfig(**log), retention)
+        strategy = StrategyConfig.from_topic(settings)
+        snapshot = SnapshotSettings.from_kafka(settings)
+        return cls(cleaner, strategy, LogConfig(**log), retention, snapshot)
 
 
 def _integers(settings: Mapping[str, object], names: Mapping[str, str]) -> dict[str, int]:
