@@ -70,8 +70,10 @@ class Served:
         return base + path
 
 
-def _get(url: str, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-    req = urllib.request.Request(url, headers=headers or {})
+def _get(
+    url: str, headers: dict[str, str] | None = None, method: str = "GET"
+) -> tuple[int, dict[str, str], bytes]:
+    req = urllib.request.Request(url, headers=headers or {}, method=method)
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
             return int(resp.status), dict(resp.headers), resp.read()
@@ -86,7 +88,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     logdir = tmp / "logs"
     subprocess.run(
         [sys.executable, "-m", "cleanerd", "gen", str(logdir), "--topic", "orders",
-         "--records", "20000", "--keys", "4000", "--value-bytes", "200"],
+         "--partitions", "2", "--records", "20000", "--keys", "4000", "--value-bytes", "200"],
         check=True, capture_output=True,
     )  # fmt: skip
     partition = logdir / "orders-0"
@@ -158,6 +160,8 @@ def test_ranged_requests_and_headers(served: Served) -> None:
     assert _get(url, {"Range": "bytes=7-", "If-Range": etag})[::2] == (206, data[7:])
     assert _get(url, {"Range": "bytes=7-", "If-Range": '"stale-1"'})[::2] == (200, data)
     assert _get(url, {"Range": f"bytes={len(data)}-"})[0] == 416
+    status, headers, body = _get(url, method="HEAD")
+    assert (status, body, headers["X-Snapshot-Size"]) == (200, b"", str(len(data)))
 
 
 async def _partial(url: str, part: Path, n: int) -> str:
@@ -344,3 +348,31 @@ async def test_a_transfer_broken_mid_run_resumes_in_the_same_run(
     assert any("transfer broken" in line for line in heard), heard
     assert any(f"resumed at byte {resumed_at} (206)" in line for line in heard), heard
     assert got.read_bytes() == data
+
+
+def test_a_complete_part_file_is_installed_without_a_new_transfer(
+    served: Served, tmp_path: Path
+) -> None:
+    """Cut off after the last byte but before the rename: the server answers 416, the part
+    file is checked and installed."""
+    (tmp_path / f"{served.sid}.checkpoint.part").write_bytes(served.snapshot.read_bytes())
+    result = CliRunner().invoke(snapshot_group, ["fetch", served.url(TP), str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "already holds all" in result.output
+    got = tmp_path / served.snapshot.name
+    assert got.read_bytes() == served.snapshot.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [served.snapshot.name]
+
+
+def test_no_snapshot_yet_and_not_a_snapshot_url(served: Served, tmp_path: Path) -> None:
+    other = "/partitions/orders/1/snapshots"  # a partition the daemon has, with no snapshot
+    assert _get(served.url(other))[::2] == (200, b"[]")
+    result = CliRunner().invoke(snapshot_group, ["fetch", served.url(other), str(tmp_path)])
+    assert result.exit_code == 1
+    assert "has no snapshot" in result.output
+    result = CliRunner().invoke(
+        snapshot_group, ["fetch", served.url("/partitions/orders/0"), str(tmp_path)]
+    )
+    assert result.exit_code == 1
+    assert "not a snapshot URL" in result.output
+    assert list(tmp_path.iterdir()) == []

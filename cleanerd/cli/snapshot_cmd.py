@@ -288,8 +288,12 @@ def fetch(url: str, directory: Path, token: str | None) -> None:
     )
 
     try:
-        path = asyncio.run(fetch_snapshot(url, directory, token, report=_warn))
+        path = asyncio.run(fetch_snapshot(url, directory, token, report=_say))
     except FetchError as e:
         click.echo(f"Error: {e}", err=True)
         raise SystemExit(1) from None
     click.echo(f"fetched {path} ({path.stat().st_size} bytes)")
+
+
+def _say(message: str) -> None:
+    click.echo(message, err=True)

@@ -66,10 +66,15 @@ async def _resolve(session: aiohttp.ClientSession, url: URL, token: str | None) 
             if resp.status != 200:
                 raise await _refused(resp)
             rows = await resp.json()
-        if not isinstance(rows, list) or not rows:
+        if not isinstance(rows, list):
+            raise FetchError(f"{url}: the answer is not a snapshot listing")
+        if not rows:
             raise FetchError(f"{url}: the partition has no snapshot")
-        newest = max(rows, key=lambda r: (int(r["end_offset"]), int(r["epoch"])))
-        return url.with_path(url.path.rstrip("/") + "/" + str(newest["id"]))
+        try:
+            newest = max(rows, key=lambda r: (int(r["end_offset"]), int(r["epoch"])))
+            return url.with_path(url.path.rstrip("/") + "/" + str(newest["id"]))
+        except (KeyError, TypeError, ValueError):
+            raise FetchError(f"{url}: the answer is not a snapshot listing") from None
     if len(segments) >= 2 and segments[-2] == "snapshots" and parse_name(segments[-1] + SUFFIX):
         return url
     raise FetchError(
