@@ -166,6 +166,8 @@ def headers_column(buf: U8, records: I64) -> Any:
 
 def _sequences(base_seq: I64, base_offsets: I64, offsets: I64) -> I64:
     """Each record's sequence: baseSequence + offset delta, wrapping past 2^31 - 1 to 0."""
+    if not (base_seq >= 0).any():
+        return np.full(len(base_seq), -1, dtype=np.int64)
     seq = (base_seq + (offsets - base_offsets)) % 2**31
     return np.where(base_seq < 0, -1, seq)
 
@@ -192,10 +194,11 @@ def record_batch(
     ``control_codes`` holds each record's :data:`CONTROL_CODE` (0 for data records).
     """
     n = records.shape[0]
-    rows = records[:, k.R_BATCH]
+    # a batch's records are contiguous and in batch order: repeat, rather than gather, its fields
+    counts = np.bincount(records[:, k.R_BATCH], minlength=len(batches))
 
     def per_batch(column: int) -> I64:
-        out: I64 = batches[rows, column]
+        out: I64 = np.repeat(batches[:, column], counts)
         return out
 
     attrs = per_batch(k.B_ATTRIBUTES)
