@@ -44,9 +44,11 @@ LABEL org.opencontainers.image.title="cleanerd" \
       org.opencontainers.image.documentation="deploy/container/README.md" \
       org.opencontainers.image.base.name="${BASE_IMAGE}"
 
+# No home: nothing of the user's may land in the log dir (a broker takes every dir there for a
+# partition), and NUMBA_CACHE_DIR below is where the only thing cleanerd caches goes.
 RUN groupadd --system --gid "${USER_GID}" cleanerd \
     && useradd --system --uid "${USER_UID}" --gid "${USER_GID}" --no-create-home \
-        --home-dir /var/lib/kafka --shell /usr/sbin/nologin cleanerd
+        --home-dir /nonexistent --shell /usr/sbin/nologin cleanerd
 
 # --no-index: nothing is fetched here; a wheel missing from the builder stage fails the build.
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
