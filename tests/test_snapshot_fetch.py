@@ -376,3 +376,10 @@ def test_no_snapshot_yet_and_not_a_snapshot_url(served: Served, tmp_path: Path) 
     assert result.exit_code == 1
     assert "not a snapshot URL" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_nothing_listening_is_a_clear_error(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}{TP}"
+    result = CliRunner().invoke(snapshot_group, ["fetch", url, str(tmp_path / "d")])
+    assert result.exit_code == 1
+    assert f"Error: {url}: " in result.output

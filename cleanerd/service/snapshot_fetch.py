@@ -30,6 +30,7 @@ from cleanerd.storage.checkpoints import fsync_dir
 CHUNK_BYTES = 1 << 20
 ATTEMPTS = 3
 """Tries per run; each one resumes where the part file ends."""
+RETRY_PAUSE_S = 0.5
 ETAG_SUFFIX = ".etag"
 TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=120)
 Report = Callable[[str], None]
@@ -118,8 +119,9 @@ async def _attempt(
     part: Path,
     etag_file: Path,
     report: Report,
-) -> int:
-    """One request, appended to (206) or replacing (200) the part file; the file's full size."""
+) -> int | None:
+    """One request, appended to (206) or replacing (200) the part file: the file's full size
+    (-1 when the server does not say it), or None when the part file must start over."""
     have = await asyncio.to_thread(_size, part)
     headers = _headers(token)
     if have:
@@ -135,7 +137,7 @@ async def _attempt(
                 return have
             report(f"{url}: the part file ({have} bytes) does not fit the snapshot; restarting")
             await asyncio.to_thread(_unlink, part, etag_file)
-            return -1
+            return None
         if resp.status not in (200, 206):
             raise await _refused(resp)
         served = resp.headers.get(ID_HEADER)
@@ -198,7 +200,7 @@ async def fetch_snapshot(
             name = snapshot_name(sid)
             part = dest / (name + PART_SUFFIX)
             etag_file = dest / (name + PART_SUFFIX + ETAG_SUFFIX)
-            total = -1
+            total: int | None = None
             for attempt in range(1, attempts + 1):
                 try:
                     total = await _attempt(session, file_url, token, part, etag_file, report)
@@ -206,14 +208,15 @@ async def fetch_snapshot(
                     if attempt == attempts:
                         raise
                     report(f"{file_url}: transfer broken ({e}); resuming")
+                    await asyncio.sleep(RETRY_PAUSE_S * attempt)  # a blip may need a moment
                     continue
-                if total >= 0:
+                if total is not None:
                     break
     except aiohttp.ClientError as e:
         raise FetchError(f"{url}: {e}") from None
     except TimeoutError:
         raise FetchError(f"{url}: timed out") from None
-    if total < 0:
+    if total is None:
         raise FetchError(f"{file_url}: no complete answer in {attempts} attempts")
     final = dest / (name + SUFFIX)
     try:
