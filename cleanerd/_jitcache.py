@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
-_KERNEL_PACKAGES = ("format", "compaction")  # where the @njit(cache=True) kernels live
 
 
 def _writable(path: Path) -> bool:
@@ -35,9 +34,10 @@ def _writable(path: Path) -> bool:
 
 
 def _package_writable() -> bool:
-    """numba's default puts each kernel's cache in ``__pycache__`` next to its source."""
-    for name in _KERNEL_PACKAGES:
-        pycache = _PACKAGE / name / "__pycache__"
+    """numba's default puts each kernel's cache in ``__pycache__`` next to its source: every
+    subpackage may hold kernels (format, compaction, spark, ...)."""
+    for package in (p for p in _PACKAGE.iterdir() if (p / "__init__.py").is_file()):
+        pycache = package / "__pycache__"
         usable = _writable(pycache) if pycache.exists() else os.access(pycache.parent, os.W_OK)
         if not usable:
             return False

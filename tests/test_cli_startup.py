@@ -60,6 +60,8 @@ _KERNELS = (
     "compaction.strategy.record_versions",
     "compaction.writer.gather",
     "compaction.offset_map._put_batch",
+    "spark.columns._gather",  # cleanerd spark's Arrow columns (the spark extra is installed)
+    "spark.columns._header_fields",
 )
 
 

@@ -11,6 +11,7 @@ compiles on the way is what a command would compile on its first run.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
 from cleanerd._jitcache import private_dir
 from cleanerd.cli.options import format_option
@@ -29,8 +31,9 @@ from cleanerd.compaction.jit import compile_clock
 from cleanerd.compaction.one_shot import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory
 from cleanerd.compaction.strategy import Strategy, StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.format.reader import index_batches, scan_batches
 from cleanerd.inspect.dump import dump_file, files_to_dump
-from cleanerd.inspect.files import classify
+from cleanerd.inspect.files import classify, map_readonly
 from cleanerd.inspect.verify import verify_path
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import wall_clock_ms
@@ -95,6 +98,32 @@ def _is_dumpable(path: Path) -> bool:
     return True
 
 
+def _warm_arrow_columns(partition: Path) -> bool:
+    """``cleanerd spark`` turns segments into Arrow columns with kernels of its own; they are
+    compiled here when the spark extra (pyarrow) is installed."""
+    if importlib.util.find_spec("pyarrow") is None:
+        return False
+    from cleanerd.spark.columns import record_batch  # noqa: PLC0415 (needs the spark extra)
+
+    for log_path in sorted(partition.glob("*.log")):
+        buf = map_readonly(log_path)
+        batches = scan_batches(buf, path=str(log_path)).batches
+        if not batches.shape[0]:
+            continue
+        payload, records = index_batches(buf, batches, path=str(log_path))
+        record_batch(
+            topic="warmup",
+            partition=0,
+            segment=int(log_path.stem),
+            payload=payload,
+            records=records,
+            batches=batches,
+            control_codes=np.zeros(records.shape[0], dtype=np.int8),
+            values=True,
+        )
+    return True
+
+
 def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupReport:
     """Run every kernel path once on logs written under ``workdir``."""
     started = time.perf_counter()
@@ -130,7 +159,8 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
                         temp_root=workdir,
                         roll_active=True,
                     )
-            runs.append(f"{codec}: gen, verify, dump, compact x{2 * len(Strategy)}")
+            arrow = ", arrow columns (spark)" if _warm_arrow_columns(partition) else ""
+            runs.append(f"{codec}: gen, verify, dump, compact x{2 * len(Strategy)}{arrow}")
             say(f"{codec}: {clock.compiled} kernels compiled so far")
         # a segment whose indexes are lost is re-indexed when opened (Kafka's recovery)
         partition = workdir / "none" / "warmup-0"
@@ -170,7 +200,8 @@ def warmup(fmt: str) -> None:
     """Compile every numba kernel into the kernel cache, so commands and the daemon start warm.
 
     Runs the real code paths (every codec and strategy, multi-pass cleaning, sweeps,
-    transactions, index rebuilds, verify and dump) on small logs in a temporary dir. The cache
+    transactions, index rebuilds, verify, dump, and with the spark extra the Arrow columns of
+    `cleanerd spark`) on small logs in a temporary dir. The cache
     is the first writable of: NUMBA_CACHE_DIR, next to the package, $CACHE_DIRECTORY/numba
     (systemd's CacheDirectory=), $XDG_CACHE_HOME/cleanerd/numba or ~/.cache/cleanerd/numba.
     A second run compiles nothing. Run it with the environment the commands will have: in the
