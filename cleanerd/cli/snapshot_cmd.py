@@ -19,28 +19,13 @@ from typing import Any
 import click
 
 from cleanerd.cli.options import format_option
-from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
+from cleanerd.cli.plan import find_targets, load_selection, select, target_options
 from cleanerd.compaction.engine import open_log
-from cleanerd.format.codecs import Compression
 from cleanerd.snapshot.build import DEFAULT_BUDGET, SnapshotResult, create_snapshot, load_state
 from cleanerd.snapshot.files import delete_snapshot, list_snapshots
-from cleanerd.snapshot.format import SnapshotError, SnapshotReader
+from cleanerd.snapshot.format import SnapshotError, SnapshotReader, codec_for
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
-
-_CODECS = {"producer": Compression.NONE, "uncompressed": Compression.NONE, "none": Compression.NONE}
-
-
-def topic_codec(job: Job, selection_config: Any) -> Compression:
-    """The topic's ``compression.type`` as a codec (``producer``: uncompressed)."""
-    value = str(selection_config.topic_kafka_settings(job[0].tp.topic).get("compression.type", ""))
-    value = value.strip().lower() or "producer"
-    if value in _CODECS:
-        return _CODECS[value]
-    try:
-        return Compression[value.upper()]
-    except KeyError:
-        raise click.UsageError(f"compression.type = {value!r}: not a Kafka codec") from None
 
 
 def _warn(message: str) -> None:
@@ -90,7 +75,7 @@ def create(
                 raise SystemExit(1) from None
         for job in jobs:
             target, settings = job
-            codec = topic_codec(job, selection.loaded.config)
+            codec = codec_for(settings.snapshot.compression_type)
             started = time.perf_counter()
             try:
                 with open_log(target.directory, settings.log) as log:

@@ -20,19 +20,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cleanerd.compaction.plan import CleaningPlan, LogMeta
-from cleanerd.compaction.topic_settings import TopicSettings
+from cleanerd.compaction.plan import CleaningPlan
 from cleanerd.logger import get_logger
 from cleanerd.scheduling.failures import FailureBook, RetryPolicy
-from cleanerd.scheduling.grab import (
-    CleanOutcome,
-    Grab,
-    GrabFigures,
-    add_clean,
-    choose,
-    idle_roll_due,
-    retention_due,
-)
+from cleanerd.scheduling.grab import CleanOutcome, Grab, GrabFigures, add_clean, choose
 from cleanerd.scheduling.metadata import MetadataCache
 from cleanerd.scheduling.sizing import map_bytes_for
 from cleanerd.scheduling.state import (
@@ -41,6 +32,7 @@ from cleanerd.scheduling.state import (
     PartitionStatus,
 )
 from cleanerd.scheduling.survey import PartitionSurvey, Resolve, Survey, take_survey
+from cleanerd.scheduling.upkeep import Upkeep
 from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.topic_partition import TopicPartition
 
@@ -52,7 +44,7 @@ __all__ = ["CleanOutcome", "CleanerManager", "Grab", "RetryPolicy"]
 log = get_logger("cleanerd.manager")
 
 
-class CleanerManager:
+class CleanerManager(Upkeep):
     """Partition states and the grab; the only writer of ``PartitionStatus`` records."""
 
     def __init__(
@@ -328,54 +320,6 @@ class CleanerManager:
         st = self._statuses.get(tp)
         if st is not None:
             st.clean_requested = True
-
-    # --- idle rolls and retention ---------------------------------------------------------------
-    def settings_for(self, tp: TopicPartition) -> TopicSettings:
-        """The topic settings of the partition's last survey (KeyError when it has none)."""
-        settings = self._surveyed[tp].settings
-        if settings is None:
-            raise KeyError(f"{tp}: its topic config did not resolve")
-        return settings
-
-    def _maintainable(self) -> list[tuple[PartitionStatus, LogMeta, TopicSettings]]:
-        """Compacted, idle, readable logs whose survey is current."""
-        found = []
-        for tp, st in sorted(self._statuses.items()):
-            entry = self._surveyed.get(tp)
-            if entry is None or entry.settings is None or entry.meta.log is None:
-                continue
-            if tp in self.failures.unreadable:
-                continue
-            if st.compacted and st.state is IDLE and not st.uncleanable and tp not in self._stale:
-                found.append((st, entry.meta.log, entry.settings))
-        return found
-
-    def idle_rolls(self) -> list[PartitionStatus]:
-        """Logs whose non-empty active segment's first batch is older than
-        ``max.compaction.lag.ms``: rolled, their records become cleanable within the lag."""
-        now = self._clock()
-        found = self._maintainable()
-        return [dataclasses.replace(st) for st, lm, ts in found if idle_roll_due(lm, ts, now)]
-
-    def deletable(self) -> list[PartitionStatus]:
-        """``compact,delete`` logs with segments retention would delete (Kafka's sweep); the
-        caller ``reserve``s each one while it deletes."""
-        now = self._clock()
-        found = self._maintainable()
-        return [dataclasses.replace(st) for st, lm, ts in found if retention_due(lm, ts, now)]
-
-    def reserve(self, tp: TopicPartition) -> bool:
-        """Mark an idle, cleanable-state log in progress for a roll or a retention sweep (as
-        Kafka's sweep does), so no worker grabs it meanwhile; False when it is not idle."""
-        st = self._statuses.get(tp)
-        if st is None or st.state is not IDLE or st.uncleanable:
-            return False
-        st.state = IN_PROGRESS
-        return True
-
-    def release(self, tp: TopicPartition) -> None:
-        """End a ``reserve`` (a pause meanwhile leaves it paused)."""
-        self._let_go(tp)
 
     # --- reading ----------------------------------------------------------------------------
     def status(self, tp: TopicPartition) -> PartitionStatus | None:

@@ -55,6 +55,9 @@ class PartitionStatus:
     failures: int = 0  # consecutive failed attempts; 0 after a success
     retry_at_ms: int | None = None  # no new attempt before this (exponential backoff)
     clean_requested: bool = False  # POST .../clean: clean at the next grab whatever the ratio
+    # KIP-630 snapshots: the newest one the daemon took (end offset, wall clock)
+    latest_snapshot_end_offset: int | None = None
+    latest_snapshot_ms: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready fields for ``/status``."""
@@ -84,3 +87,7 @@ class CleaningTotals:
     segments_rolled: int = 0  # idle active segments rolled past max.compaction.lag.ms
     segments_deleted: int = 0  # by retention (compact,delete)
     worker_restarts: int = 0
+    snapshots: int = 0  # KIP-630 snapshots taken
+    snapshot_failures: int = 0
+    snapshot_bytes: int = 0  # bytes of the snapshot files written
+    snapshot_seconds: float = 0.0  # time spent taking them

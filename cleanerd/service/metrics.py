@@ -158,8 +158,28 @@ def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
                 labels = [p.tp.topic, str(p.tp.partition)]
                 dirty.add_metric(labels, p.dirty_ratio)
                 delay.add_metric(labels, p.compaction_delay_ms / 1000)
-        out += [dirty, delay]
+        out += [dirty, delay, *_snapshot_gauges(s)]
     return out
+
+
+def _snapshot_gauges(s: DaemonSnapshot) -> list[Metric]:
+    """Each partition's newest snapshot the daemon took: end offset and age."""
+    end = GaugeMetricFamily(
+        "cleanerd_partition_snapshot_end_offset",
+        _HELP["cleanerd_partition_snapshot_end_offset"],
+        labels=["topic", "partition"],
+    )
+    age = GaugeMetricFamily(
+        "cleanerd_partition_snapshot_age_seconds",
+        _HELP["cleanerd_partition_snapshot_age_seconds"],
+        labels=["topic", "partition"],
+    )
+    for p in s.partitions:
+        if p.latest_snapshot_end_offset is not None and p.latest_snapshot_ms is not None:
+            labels = [p.tp.topic, str(p.tp.partition)]
+            end.add_metric(labels, p.latest_snapshot_end_offset)
+            age.add_metric(labels, max(0, s.now_ms - p.latest_snapshot_ms) / 1000)
+    return [end, age]
 
 
 def _budget_and_counters(s: DaemonSnapshot) -> list[Metric]:
@@ -183,6 +203,10 @@ def _budget_and_counters(s: DaemonSnapshot) -> list[Metric]:
         _counter("cleanerd_segments_rolled_total", t.segments_rolled),
         _counter("cleanerd_segments_deleted_total", t.segments_deleted),
         _counter("cleanerd_worker_restarts_total", t.worker_restarts),
+        _counter("cleanerd_snapshots_total", t.snapshots),
+        _counter("cleanerd_snapshot_failures_total", t.snapshot_failures),
+        _counter("cleanerd_snapshot_bytes_total", t.snapshot_bytes),
+        _counter("cleanerd_snapshot_seconds_total", t.snapshot_seconds),
         _counter("cleanerd_throttle_sleep_seconds_total", s.throttle_sleep_seconds_total),
     ]
 

@@ -119,6 +119,20 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc(
+        "cleanerd_partition_snapshot_end_offset",
+        "gauge",
+        "End offset of the newest snapshot the daemon took of each partition (labels topic,"
+        " partition; per-partition switch as above).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_partition_snapshot_age_seconds",
+        "gauge",
+        "Seconds since the daemon took each partition's newest snapshot (labels topic,"
+        " partition; per-partition switch as above).",
+        "",
+    ),
+    MetricDoc(
         "cleanerd_dedupe_budget_bytes",
         "gauge",
         "Dedupe buffer budget shared by the workers (log.cleaner.dedupe.buffer.size).",
@@ -186,6 +200,12 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc("cleanerd_worker_restarts_total", "counter", "Crashed workers restarted.", ""),
+    MetricDoc("cleanerd_snapshots_total", "counter", "KIP-630 snapshots taken.", ""),
+    MetricDoc(
+        "cleanerd_snapshot_failures_total", "counter", "Snapshot jobs that failed (logged).", ""
+    ),
+    MetricDoc("cleanerd_snapshot_bytes_total", "counter", "Bytes of snapshot files written.", ""),
+    MetricDoc("cleanerd_snapshot_seconds_total", "counter", "Time spent taking snapshots.", ""),
     MetricDoc("cleanerd_open_fds", "gauge", "File descriptors the process holds open.", ""),
     MetricDoc("cleanerd_max_fds", "gauge", "The process's soft RLIMIT_NOFILE.", ""),
     MetricDoc(

@@ -30,10 +30,12 @@ from cleanerd.compaction.throttle import Throttler
 from cleanerd.config import CleanerdConfig
 from cleanerd.scheduling.failures import locate
 from cleanerd.scheduling.manager import CleanerManager, CleanOutcome, Grab
+from cleanerd.scheduling.snapshots import SnapshotGrab
 from cleanerd.service.budget import DedupeBudget
 from cleanerd.service.clean_job import CleanerSlot, JobResult, run_clean
 from cleanerd.service.logging import get_logger
 from cleanerd.service.snapshot import WorkerStatus
+from cleanerd.service.snapshot_job import run_snapshot
 
 log = get_logger("cleanerd.worker")
 
@@ -148,6 +150,11 @@ class WorkerPool:
     async def _loop(self, wid: int) -> None:
         slot = CleanerSlot()
         while not self.stopping and wid < self.settings.threads:
+            # snapshots rank after overdue cleanings and before the others (scheduling.upkeep)
+            snap = None if self.manager.overdue_waiting() else self.manager.grab_snapshot()
+            if snap is not None:
+                await self._snapshot(wid, snap)
+                continue
             grab = self.manager.grab()
             if grab is None:
                 if self.cleanings_ended != self._ended_at_survey:
@@ -203,6 +210,47 @@ class WorkerPool:
             self._set(wid, partition=None)
             self.cleanings_ended += 1
 
+    async def _snapshot(self, wid: int, grab: SnapshotGrab) -> None:
+        """A snapshot job: lease map memory, run ``run_snapshot`` in a thread, count it."""
+        bound = log.bind(partition=str(grab.tp), worker=wid, job="snapshot")
+        self._set(wid, partition=str(grab.tp))
+        try:
+            async with self.budget.lease(grab.map_bytes) as granted:
+                job = asyncio.ensure_future(
+                    asyncio.to_thread(
+                        run_snapshot, grab.directory, grab.settings, map_bytes=granted
+                    )
+                )
+                try:
+                    result = await asyncio.shield(job)
+                except asyncio.CancelledError:
+                    await _job_error(job)  # the thread ends on its own; a snapshot is bounded
+                    raise
+        except Exception as e:
+            self.manager.snapshot_failed(grab.tp)
+            _log_failure(bound, "snapshot failed", e, grab)
+        else:
+            taken = result.taken
+            end = None if taken.sid is None or taken.path is None else taken.sid.end_offset
+            self.manager.snapshot_taken(grab.tp, end, taken.bytes, result.seconds)
+            for warning in result.warnings:
+                bound.warning("snapshot: a snapshot could not be used", problem=warning)
+            fields: dict[str, Any] = {"seconds": round(result.seconds, 6)}
+            if taken.path is None:
+                bound.info("no new snapshot", reason=taken.skipped, **fields)
+            else:
+                fields.update(path=str(taken.path), records=taken.records, bytes=taken.bytes)
+                fields.update(deleted=[str(p) for p in result.deleted])
+                if result.truncated is not None:
+                    fields.update(
+                        segments_truncated=result.truncated.segments_deleted,
+                        log_start_offset=result.truncated.log_start_offset,
+                    )
+                bound.info("snapshot taken", end_offset=end, **fields)
+        finally:
+            self.manager.release(grab.tp)
+            self._set(wid, partition=None)
+
     def _done(self, wid: int, grab: Grab, result: JobResult, bound: Any) -> None:
         stats = result.stats
         self.manager.done(grab.tp, CleanOutcome.from_job(result))
@@ -239,7 +287,9 @@ def _message(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"
 
 
-def _log_failure(bound: Any, event: str, error: BaseException, grab: Grab, **fields: Any) -> None:
+def _log_failure(
+    bound: Any, event: str, error: BaseException, grab: Grab | SnapshotGrab, **fields: Any
+) -> None:
     """One error line naming the partition's directory and the file and position at fault."""
     file, position = locate(error)
     bound.error(
@@ -252,7 +302,7 @@ def _log_failure(bound: Any, event: str, error: BaseException, grab: Grab, **fie
     )
 
 
-async def _job_error(job: asyncio.Future[JobResult]) -> Exception | None:
+async def _job_error(job: asyncio.Future[Any]) -> Exception | None:
     """Wait for an aborted job's thread; its error, unless it only stopped as asked."""
     try:
         await job

@@ -52,6 +52,18 @@ class SnapshotError(ValueError):
         super().__init__(f"{path}: {reason}")
 
 
+def codec_for(compression_type: str) -> Compression:
+    """The codec of a topic's snapshots from its ``compression.type`` (``producer`` and
+    ``uncompressed``: none, as a snapshot has no producer batches to follow)."""
+    name = compression_type.strip().lower()
+    if name in ("producer", "uncompressed", "none"):
+        return Compression.NONE
+    try:
+        return Compression[name.upper()]
+    except KeyError:
+        raise ValueError(f"compression.type = {compression_type!r}: not a Kafka codec") from None
+
+
 def header_value(last_contained_timestamp: int) -> bytes:
     return _HEADER.pack(0, last_contained_timestamp, 0)
 
