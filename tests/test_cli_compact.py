@@ -8,6 +8,7 @@ first: then everything is cleanable and the survivors must match exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -22,6 +23,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
+from cleanerd.cli.compact import _print_table
 from cleanerd.compaction.one_shot import compact_partition
 from cleanerd.compaction.plan import cleaner_checkpoint
 from cleanerd.compaction.strategy import StrategyConfig
@@ -463,3 +465,27 @@ def test_real_process(tmp_path: Path) -> None:
     text = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert text.returncode == 0
     assert "cleanerd compact" in text.stdout
+
+
+def test_table_reports_compile_time_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A cold kernel cache: the compile time is taken out of the cleaning time and said apart."""
+    logdir = make_log(tmp_path)
+    config = TopicCleanerConfig(compact=True, delete=False)
+    log = PartitionLog(logdir / "demo-0")
+    try:
+        summary = compact_partition(log, config, StrategyConfig(), NOW, dry_run=True)
+    finally:
+        log.close()
+    slow = dataclasses.replace(summary, seconds=summary.seconds + 30.0)
+    cold = slow.without_compile_time(30.0, 12)
+    assert cold.seconds == pytest.approx(summary.seconds)
+    assert (cold.compile_seconds, cold.kernels_compiled) == (30.0, 12)
+    assert cold.to_json()["compile_seconds"] == 30.0
+    _print_table([cold], [], dry_run=True)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"in {cold.seconds:.2f} s" in out  # the cleaning time, without the compile time
+    assert "+ 30.00 s compiling 12 numba kernels (`cleanerd warmup` compiles them ahead)" in out
+    _print_table([summary], [], dry_run=True)  # a warm cache: nothing to say
+    assert "numba" not in capsys.readouterr().out

@@ -326,9 +326,8 @@ def _print_table(results: list[CompactionSummary], failures: list[str], dry_run:
     compiled = sum(s.kernels_compiled for s in results)
     if compiled:
         console.print(
-            f"numba compiled {compiled} kernels first, in"
-            f" {sum(s.compile_seconds for s in results):.2f} s (not in the time above);"
-            " `cleanerd warmup` compiles them ahead",
+            f"+ {sum(s.compile_seconds for s in results):.2f} s compiling {compiled} numba"
+            " kernels (`cleanerd warmup` compiles them ahead)",
             highlight=False,
             markup=False,
         )
