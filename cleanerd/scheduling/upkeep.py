@@ -4,7 +4,8 @@ A mixin of ``CleanerManager`` (its statuses and last survey are the state it rea
 marks its partition in progress while it runs (``reserve``/``release``), so no worker cleans a
 log that is being rolled, swept or snapshotted. Snapshots (KIP-630) are worker jobs under the
 shared dedupe budget; a worker asks for one only when no overdue log waits (``overdue_waiting``),
-so they rank after overdue cleanings and before the others.
+so they rank after overdue cleanings and before the others, and a partition waiting to be cleaned
+is cleaned before its snapshot is taken.
 """
 
 from __future__ import annotations
@@ -100,7 +101,9 @@ class Upkeep:
         """A partition due a snapshot, marked in progress; the worker ``release``s it."""
         _, load_factor, budget = self._config
         for st, meta, settings in self._maintainable():
-            if snapshot_due(st.directory, meta, settings):
+            # a log waiting to be cleaned is cleaned first: the snapshot then reads less, and a
+            # busy partition's snapshots never keep its cleanings (and truncation) waiting
+            if not st.cleanable and snapshot_due(st.directory, meta, settings):
                 st.state = IN_PROGRESS
                 self._stale.add(st.tp)
                 records = max(meta.log_end_offset - meta.log_start_offset, 1)
