@@ -29,11 +29,12 @@ Each timed run starts from a fresh copy of the cached partition in tmpfs (``--sh
    before ``clean``, so the peak of open + plan and the clean's own are both known), then
    (untimed) the survivors are checked against the expected ones.
 
-The cleaner runs on one thread (it has no threads of its own; the reader's ``threads`` stay at
-their default, 1). ``cp`` of the same input (segment 0's ``.log``) from tmpfs to tmpfs is timed
-``--repeat`` times after a warm-up as the limit. Times are best of ``--repeat`` (every run is in
-``seconds_runs``); peak RSS is the largest. Prints one JSON document on stdout; progress goes to
-stderr.
+The cleaner runs on one thread (it has no threads of its own). ``cp`` of the same input (segment
+0's ``.log``) from tmpfs to tmpfs is timed ``--repeat`` times after a warm-up as the limit. Times
+are best of ``--repeat`` (every run is in ``seconds_runs``, medians in ``seconds_median``); the
+thread's CPU time for open + plan + clean is in ``cpu_seconds_*`` (on a loaded machine the wall
+time also counts waiting for a core); peak RSS is the largest. Prints one JSON document on
+stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import hashlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -255,15 +257,19 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     before_kib = _status_kib("VmRSS")
     _reset_peak()
     t1b = time.perf_counter()
+    c1b = time.thread_time()
     plog = PartitionLog(directory / PARTITION, log_config(), clock=lambda: NOW_MS)
     t2 = time.perf_counter()
     _, p = plan_log(plog, cfg, NOW_MS)
     t3 = time.perf_counter()
+    c3 = time.thread_time()
     plan_peak_kib = _status_kib("VmHWM")
     _reset_peak()  # outside the timed stages: the clean's own peak from here
     t3b = time.perf_counter()
+    c3b = time.thread_time()
     result = cleaner.clean(plog, p, cfg, strategy, NOW_MS)
     t4 = time.perf_counter()
+    c4 = time.thread_time()
     gc.enable()
     clean_peak_kib = _status_kib("VmHWM")
     peak_kib = max(plan_peak_kib, clean_peak_kib)
@@ -290,6 +296,9 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             "pass2": stats.clean_elapsed_s,
             "end_to_end": t4 - t0,
         },
+        # CPU time of this thread (the cleaner's only one) for open + plan + clean: what the code
+        # costs, apart from waiting for a core on a loaded machine
+        "cpu_seconds": {"open_plan_clean": (c3 - c1b) + (c4 - c3b)},
         "baseline_rss_kib": baseline_kib,
         "rss_before_open_kib": before_kib,
         "plan_peak_rss_kib": plan_peak_kib,
@@ -418,6 +427,14 @@ def measure_codec(args: argparse.Namespace, codec: str) -> dict[str, Any]:
         "seconds_runs": {
             name: [round(r["seconds"][name], 4) for r in runs] for name in runs[0]["seconds"]
         },
+        "seconds_median": {
+            name: round(statistics.median(r["seconds"][name] for r in runs), 4)
+            for name in runs[0]["seconds"]
+        },
+        "cpu_seconds_runs": [round(r["cpu_seconds"]["open_plan_clean"], 4) for r in runs],
+        "cpu_seconds_median": round(
+            statistics.median(r["cpu_seconds"]["open_plan_clean"] for r in runs), 4
+        ),
         "cp_seconds": round(cp, 4),
         "cp_mb_per_s": round(size / cp / 1e6, 1),
         "x_cp": round(e2e / cp, 2),
