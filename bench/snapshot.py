@@ -46,7 +46,7 @@ from cleanerd.format.reader import index_batches  # noqa: E402
 from cleanerd.format.records import Record  # noqa: E402
 from cleanerd.format.scan import scan_batches  # noqa: E402
 from cleanerd.snapshot.build import DEFAULT_BUDGET, create_snapshot, load_state  # noqa: E402
-from cleanerd.snapshot.files import list_snapshots  # noqa: E402
+from cleanerd.storage.snapshot_files import list_snapshots  # noqa: E402
 from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig  # noqa: E402
 
 STRATEGY = StrategyConfig()

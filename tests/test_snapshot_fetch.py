@@ -35,7 +35,7 @@ from cleanerd.service.snapshot_routes import (
     SnapshotFileResponse,
     file_etag,
 )
-from cleanerd.snapshot.files import parse_name
+from cleanerd.storage.snapshot_files import parse_name
 from cleanerd.storage.topic_partition import TopicPartition
 
 TOKEN = "fetch-test-token"

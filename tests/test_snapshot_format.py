@@ -11,7 +11,8 @@ from kafka.record.memory_records import MemoryRecords
 
 from cleanerd.format.codecs import Compression
 from cleanerd.format.records import Record
-from cleanerd.snapshot.files import (
+from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
+from cleanerd.storage.snapshot_files import (
     SnapshotId,
     delete_snapshot,
     list_snapshots,
@@ -19,7 +20,6 @@ from cleanerd.snapshot.files import (
     remove_leftovers,
     snapshot_dir,
 )
-from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
 
 RECORDS = [
     Record(10 + i, 1_700_000_000_000 + i, f"k{i}".encode(), f"v{i}".encode() * 3, (("h", b"x"),))

@@ -12,8 +12,8 @@ from pathlib import Path
 from cleanerd.compaction.engine import open_log
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot, load_state
-from cleanerd.snapshot.files import PART_SUFFIX, list_snapshots, snapshot_dir
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.snapshot_files import PART_SUFFIX, list_snapshots, snapshot_dir
 from cleanerd.topic_model import StrategyConfig
 
 CHILD = """

@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot, load_state
-from cleanerd.snapshot.files import list_snapshots
 from cleanerd.snapshot.retention import apply_retention, truncate_log
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.snapshot_files import list_snapshots
 from cleanerd.topic_model import Strategy, StrategyConfig
 from tests.compaction_model import winners
 from tests.test_compaction_cleaner import DAY, clean_until_done, compacted_config
@@ -110,6 +110,15 @@ def test_snapshot_plus_replay_is_the_models_state(
     assert second.base == first.sid
     assert loaded(log, strategy, budget) == want
 
+    # cleanings long past every delete horizon: tombstones below the oldest snapshot's end may
+    # go, the ones past it must stay (a replay from that snapshot needs them)
+    omap = OffsetMap(64 * slot_bytes(strategy), strategy)
+    for days in (3, 6):
+        clean_until_done(
+            log, omap, strategy, compacted_config(delete_retention_ms=DAY), NOW + days * DAY
+        )
+    assert loaded(log, strategy, budget) == want
+
     # truncated to the oldest snapshot (bounded by the cleaner checkpoint): the same state
     oldest = first.sid or second.sid
     truncated = truncate_log(log)
@@ -152,3 +161,32 @@ def test_retention_keeps_the_newest(tmp_path: Path) -> None:
     want = {b"k%d" % i: (b"r3", 1000) for i in range(5)}
     assert loaded(log, _strategy("offset"), 1 << 20) == want
     log.close()
+
+
+def test_cleaning_keeps_the_tombstones_a_snapshot_replay_needs(tmp_path: Path) -> None:
+    """k1's value is in the oldest snapshot; its tombstone comes after it. Cleanings past the
+    delete horizon must keep that tombstone, or a reader starting from the snapshot (the newest
+    one damaged) gets k1 back. A log without snapshots loses the tombstone as Kafka's would."""
+    strategy = _strategy("offset")
+    config = compacted_config(delete_retention_ms=DAY)
+    logs = {}
+    for name in ("with", "without"):
+        log = PartitionLog.create(tmp_path / name / "t-0")
+        log.append([Record(0, 1000, b"k1", b"v1"), Record(0, 1000, b"k2", b"v2")])
+        if name == "with":
+            assert create_snapshot(log, strategy).path is not None
+        log.append([Record(0, 1000, b"k1", None), Record(0, 1000, b"k2", b"v3")])
+        log.roll()
+        omap = OffsetMap(64 * slot_bytes(strategy), strategy)
+        for days in (3, 6):  # the first stamps the horizon, the second is past it
+            clean_until_done(log, omap, strategy, config, NOW + days * DAY)
+            log.append([Record(0, 1000, b"k3", b"v%d" % days)])  # dirty again: cleaned whole
+            log.roll()
+        logs[name] = log
+    kept = [r for r in logs["with"].records() if r.key == b"k1"]
+    assert [r.value for r in kept] == [None]  # the tombstone stayed
+    assert [r for r in logs["without"].records() if r.key == b"k1"] == []
+    want = {b"k2": (b"v3", 1000), b"k3": (b"v6", 1000)}
+    assert loaded(logs["with"], strategy, 1 << 20) == want
+    for log in logs.values():
+        log.close()

@@ -22,10 +22,10 @@ from cleanerd.cli.options import format_option
 from cleanerd.cli.plan import find_targets, load_selection, select, target_options
 from cleanerd.compaction.engine import open_log
 from cleanerd.snapshot.build import DEFAULT_BUDGET, SnapshotResult, create_snapshot, load_state
-from cleanerd.snapshot.files import delete_snapshot, list_snapshots
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, codec_for
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
+from cleanerd.storage.snapshot_files import delete_snapshot, list_snapshots
 
 
 def _warn(message: str) -> None:

@@ -68,6 +68,7 @@ from cleanerd.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_fil
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import check_offsets_across
+from cleanerd.storage.snapshot_files import oldest_snapshot_end
 
 RECORD_CACHE_BYTES = 64 << 20
 """Default bound of pass 1's record cache (``record_cache``): 26 bytes a record."""
@@ -131,8 +132,18 @@ class Cleaner:
         strategy: StrategyConfig,
         now_ms: int,
         abort_check: Callable[[], bool] = lambda: False,
+        *,
+        keep_tombstones_from: int | None = None,
     ) -> CleanResult:
-        """One ``doClean`` of ``log`` over the plan's range at ``now_ms``; see the module doc."""
+        """One ``doClean`` of ``log`` over the plan's range at ``now_ms``; see the module doc.
+
+        Tombstones in batches reaching ``keep_tombstones_from`` are kept past their delete
+        horizon; by default that is the oldest KIP-630 snapshot's end, when the partition has
+        snapshots: a reader starting from it needs every later tombstone to replay."""
+        if keep_tombstones_from is None:
+            keep_tombstones_from = oldest_snapshot_end(log.directory)
+            if keep_tombstones_from is None:
+                keep_tombstones_from = LONG_MAX
         if strategy != self.map.config:
             raise ValueError(
                 f"the offset map was made for {self.map.config}, not for {strategy}: "
@@ -166,7 +177,7 @@ class Cleaner:
 
         sources = segments_between(cleanable, -1, end)
         self._check(sources, build.checked, on_chunk)
-        ctx = self._context(log, config, strategy, now_ms, upper, cache)
+        ctx = self._context(log, config, strategy, now_ms, upper, cache, keep_tombstones_from)
         meta = CleanedTransactionMetadata()
         groups = group_items(
             sources,
@@ -238,6 +249,7 @@ class Cleaner:
         now_ms: int,
         upper_bound: int,
         cache: RecordCache | None = None,
+        keep_tombstones_from: int = LONG_MAX,
     ) -> PassContext:
         state = log.producer_state(lambda seg, into: fold_producers(seg, into, cache))
         return PassContext(
@@ -249,6 +261,7 @@ class Cleaner:
             producers=ProducerTable(
                 last_records_of_active_producers(state, now_ms, config.producer_id_expiration_ms)
             ),
+            tombstones_kept_from=keep_tombstones_from,
         )
 
     def _clean_group(

@@ -56,8 +56,15 @@ def clean_once(
     strategy: StrategyConfig,
     now_ms: int,
     abort_check: Callable[[], bool] = never,
+    *,
+    keep_tombstones_from: int | None = None,
 ) -> tuple[CleaningPlan, CleanResult]:
     """Plan ``log`` at ``now_ms`` and run one cleaning over the plan's range (nothing when the
-    range is empty): Kafka's ``cleanLog`` for one log, whatever its dirty ratio."""
+    range is empty): Kafka's ``cleanLog`` for one log, whatever its dirty ratio. Tombstones
+    reaching ``keep_tombstones_from`` stay (``Cleaner.clean``: by default, those its snapshots
+    need)."""
     _, p = plan_log(log, config, now_ms)
-    return p, cleaner.clean(log, p, config, strategy, now_ms, abort_check)
+    result = cleaner.clean(
+        log, p, config, strategy, now_ms, abort_check, keep_tombstones_from=keep_tombstones_from
+    )
+    return p, result

@@ -86,6 +86,9 @@ class PassContext:
     new_horizon_ms: int  # now + delete.retention.ms: stamped on batches that need one
     upper_bound: int  # first uncleanable offset (KAFKA-17076)
     producers: ProducerTable
+    # tombstones in batches reaching this offset stay whatever their horizon: a KIP-630 snapshot
+    # ending below them would come back to life in a replay without them (LONG_MAX: no snapshot)
+    tombstones_kept_from: int = LONG_MAX
 
 
 @dataclass
@@ -130,6 +133,8 @@ def decide_chunk(
     is_control, can_discard = transaction_verdicts(meta, arr, batches, path)
     has_horizon = (attrs & ATTR_DELETE_HORIZON) != 0
     horizon = np.where(has_horizon, batches[:, k.B_BASE_TIMESTAMP], LONG_MAX)
+    # the horizon the record rule may act on: none for batches a snapshot still needs
+    expirable = has_horizon & (batches[:, k.B_LAST_OFFSET] < ctx.tombstones_kept_from)
     discard_records = np.where(
         is_control, can_discard & has_horizon & (horizon <= ctx.now_ms), can_discard
     )
@@ -151,7 +156,7 @@ def decide_chunk(
     if cache is not None and first is not None and hit.any():
         invalid, expired, superseded = fused.decide_records(
             tab, False, latest, ctx.now_ms, cache.hashes, cache.offsets, cache.flags,
-            _NO_I64, _NO_BOOL, first, counts, np.flatnonzero(hit), is_control, has_horizon,
+            _NO_I64, _NO_BOOL, first, counts, np.flatnonzero(hit), is_control, expirable,
             horizon, cache.keep, kept, kept_tomb, cache.winners_from,
         )  # fmt: skip
     fresh = np.flatnonzero(look & ~hit)
@@ -173,7 +178,7 @@ def decide_chunk(
             np.ascontiguousarray(recs[:, k.R_OFFSET]), flags.astype(np.uint8),
             np.ascontiguousarray(versions, dtype=np.int64),
             np.ascontiguousarray(has_version, dtype=np.bool_), fresh_first, counts, fresh,
-            is_control, has_horizon, horizon, keep, kept, kept_tomb, -1,
+            is_control, expirable, horizon, keep, kept, kept_tomb, -1,
         )  # fmt: skip
         invalid += more_invalid
         expired += more_expired

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cleanerd.compaction.plan import LogMeta
-from cleanerd.snapshot.files import list_snapshots
+from cleanerd.storage.snapshot_files import list_snapshots
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.topic_model import TopicSettings
 

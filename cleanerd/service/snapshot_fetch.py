@@ -23,9 +23,9 @@ import aiohttp
 from yarl import URL
 
 from cleanerd.service.snapshot_routes import ID_HEADER, SIZE_HEADER, snapshot_name
-from cleanerd.snapshot.files import PART_SUFFIX, SUFFIX, parse_name
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader
 from cleanerd.storage.checkpoints import fsync_dir
+from cleanerd.storage.snapshot_files import PART_SUFFIX, SUFFIX, parse_name
 
 CHUNK_BYTES = 1 << 20
 ATTEMPTS = 3

@@ -23,7 +23,13 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_request import BaseRequest
 
-from cleanerd.snapshot.files import SUFFIX, SnapshotId, list_snapshots, parse_name, snapshot_path
+from cleanerd.storage.snapshot_files import (
+    SUFFIX,
+    SnapshotId,
+    list_snapshots,
+    parse_name,
+    snapshot_path,
+)
 from cleanerd.storage.topic_partition import TopicPartition
 
 END_OFFSET_HEADER = "X-Snapshot-End-Offset"

@@ -16,10 +16,10 @@ from pathlib import Path
 
 from cleanerd.format.codecs import Compression
 from cleanerd.format.records import Record
-from cleanerd.snapshot.files import SnapshotId, list_snapshots, remove_leftovers
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
 from cleanerd.snapshot.state import Source, live_records, log_candidates, snapshot_candidates
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.snapshot_files import SnapshotId, list_snapshots, remove_leftovers
 from cleanerd.topic_model import StrategyConfig
 
 Warn = Callable[[str], None]

@@ -26,14 +26,14 @@ from cleanerd.format.codecs import Compression
 from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.records import Record
-from cleanerd.snapshot.files import (
+from cleanerd.storage.checkpoints import fsync_dir
+from cleanerd.storage.snapshot_files import (
     PART_SUFFIX,
     SnapshotId,
     parse_name,
     snapshot_dir,
     snapshot_path,
 )
-from cleanerd.storage.checkpoints import fsync_dir
 
 _HEADER = struct.Struct(">hqB")  # version, lastContainedLogTimestamp, empty tagged fields
 _FOOTER = struct.Struct(">hB")  # version, empty tagged fields

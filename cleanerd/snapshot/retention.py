@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cleanerd.compaction.plan import cleaner_checkpoint
-from cleanerd.snapshot.files import delete_snapshot, list_snapshots
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.retention import delete_segments_below
+from cleanerd.storage.snapshot_files import delete_snapshot, list_snapshots
 
 
 def apply_retention(partition_dir: Path, keep: int) -> list[Path]:

@@ -1,4 +1,7 @@
-"""Where snapshots live and how they are named (KIP-630, reference 6.2).
+"""Where KIP-630 snapshots live and how they are named (reference 6.2); snapshot/ writes them.
+
+In storage/ because the log's own keepers read it too: the cleaner keeps the tombstones a
+snapshot still needs (``oldest_snapshot_end``).
 
 ``<partition dir>/checkpoints/<end offset, 20 digits>-<epoch, 10 digits>.checkpoint``: the seed
 document's place, a sub-directory, so a snapshot never looks like a segment to the log's own
@@ -89,3 +92,10 @@ def delete_snapshot(path: Path) -> None:
     fsync_dir(path.parent)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(doomed)
+
+
+def oldest_snapshot_end(partition_dir: Path) -> int | None:
+    """End offset of the oldest snapshot file kept (None: no snapshot). A tombstone at or
+    past it must stay: a reader starting from that snapshot would otherwise bring its key back."""
+    found = list_snapshots(partition_dir)
+    return found[0][0].end_offset if found else None
