@@ -371,3 +371,30 @@ def test_missing_log_dir_is_named(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="not a directory") as caught:
         read(spark, tmp_path / "nope")
     assert str(tmp_path / "nope") in str(caught.value)
+
+
+def test_pushdown_accepts_only_what_it_applies_exactly() -> None:
+    from pyspark.sql.datasource import (  # noqa: PLC0415 (pyspark's filter classes)
+        EqualTo,
+        GreaterThan,
+        LessThanOrEqual,
+        StringStartsWith,
+    )
+
+    from cleanerd.spark.pushdown import push  # noqa: PLC0415 (needs pyspark)
+
+    at = dt.datetime(2023, 11, 14, 22, 13, 20, 100_500, tzinfo=dt.UTC)  # 1700000000100.5 ms
+    other = [EqualTo(("key",), b"k"), StringStartsWith(("topic",), "gen"), EqualTo(("a", "b"), 1)]
+    accepted = [
+        GreaterThan(("timestamp",), at),
+        LessThanOrEqual(("offset",), 99),
+        EqualTo(("partition",), 3),
+    ]
+    bounds, rejected = push(Bounds(), [*other, *accepted])
+    assert all(r is o for r, o in zip(rejected, other, strict=True))
+    # ms * 1000 > 1700000000100500 us holds from 1700000000101 ms on, not at 100
+    assert bounds.ts_min_ms == 1_700_000_000_101
+    assert bounds.ts_filtered
+    assert bounds.offset_max == 99
+    assert bounds.wants_partition(3)
+    assert not bounds.wants_partition(2)
