@@ -23,6 +23,7 @@ from pathlib import Path
 
 from cleanerd.format import kernels as k
 from cleanerd.format.errors import CorruptRecordError
+from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.errors import CorruptIndexError
 from cleanerd.storage.files import LOG_SUFFIX
 from cleanerd.storage.log_config import LogConfig
@@ -47,19 +48,22 @@ def check_offsets_across(segments: Sequence[LogSegment]) -> None:
     segment's base offset. A base offset is not covered by the CRC, so a damaged one passes
     every batch check; cleaning across it would rewrite offsets out of order (or hide the
     damage). The walk is over the batch headers from the start of each file (an index entry
-    may point anywhere), through pages the cleaning's checked walks have just read."""
+    may point anywhere), a chunk at a time with each chunk's pages given back
+    (``chunks.iter_chunks``): walked whole, a segment's mapped pages stayed resident until the
+    walk ended, 108 MiB more peak memory for a 120 MB segment."""
     for seg, following in itertools.pairwise(segments):
-        scan = seg.scan(check_crc=False)
-        if scan.error is not None:  # nothing is cut short at the end of an inactive segment
-            raise scan.error
-        if not len(scan):
+        last = None  # the last batch: (its last offset, its position)
+        path = str(seg.log_path)
+        arr = seg.view(keep=False)
+        for batches in iter_chunks(
+            arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
+        ):  # raises at the first bad batch: nothing is cut short in an inactive segment
+            last = int(batches[-1, k.B_LAST_OFFSET]), int(batches[-1, k.B_POS])
+        if last is None:
             continue
-        last = int(scan.batches[-1, k.B_LAST_OFFSET])
-        problem = offsets_overlap(last, following.base_offset, following.log_path.name)
+        problem = offsets_overlap(last[0], following.base_offset, following.log_path.name)
         if problem is not None:
-            raise CorruptRecordError(
-                problem, path=str(seg.log_path), position=int(scan.batches[-1, k.B_POS])
-            )
+            raise CorruptRecordError(problem, path=path, position=last[1])
 
 
 def offsets_overlap(last_offset: int, next_base: int, next_name: str) -> str | None:
