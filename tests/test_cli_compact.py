@@ -125,6 +125,13 @@ def test_offset_strategy_keeps_exactly_the_expected_survivors(tmp_path: Path) ->
     want = {key.encode(): v["offset"] for key, v in keys.items() if not v["tombstone"]}
     assert data_records(logdir / "demo-0") == want
     assert summary["tombstones_removed"] > 0
+    # the winning tombstones expire (delete.retention.ms 0), the others were superseded
+    assert summary["tombstones_expired"] == sum(v["tombstone"] for v in keys.values())
+    assert summary["tombstones_superseded"] > 0
+    assert (
+        summary["tombstones_expired"] + summary["tombstones_superseded"]
+        == summary["tombstones_removed"]
+    )
     assert summary["aborted_records_removed"] > 0
     assert summary["records_out"] < summary["records_in"]
     end = summary["last_offset"] + 1  # the rolled log: everything was cleanable

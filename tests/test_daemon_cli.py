@@ -136,7 +136,10 @@ def test_ctl_config_talks_to_the_port_the_daemon_listens_on(tmp_path: Path) -> N
     config = write_config(tmp_path, {**settings, "cleanerd.http.listen": f"127.0.0.1:{bound}"})
     command = [sys.executable, "-m", "cleanerd", "run", "--config", str(config)]
     with DaemonProcess(config, tmp_path, command=command, port=bound) as d:
-        record = json.loads((logdir / ".cleanerd-http.json").read_text())
+        # written once the port is bound, which may be a moment after /healthz first answers
+        record_file = logdir / ".cleanerd-http.json"
+        poll_until(lambda: record_file.exists() or None, timeout=30, what="the address record")
+        record = json.loads(record_file.read_text())
         assert record == {"pid": d.pid, "url": f"http://127.0.0.1:{bound}"}
         write_config(tmp_path, {**settings, "cleanerd.http.listen": f"127.0.0.1:{other}"})
         d.signal(signal.SIGHUP)

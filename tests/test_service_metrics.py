@@ -98,7 +98,8 @@ def _busy_snapshot(*, per_partition: bool = True) -> DaemonSnapshot:
         bytes_read=10_000,
         bytes_written=4_000,
         records_removed=55,
-        tombstones_removed=5,
+        tombstones_expired=3,
+        tombstones_superseded=2,
         markers_removed=2,
         unkeyed_records_removed=1,
         txn_indexes_rebuilt=2,
@@ -194,7 +195,6 @@ def test_counters_budget_and_timestamps() -> None:
         "cleanerd_bytes_read_total": 10_000,
         "cleanerd_bytes_written_total": 4_000,
         "cleanerd_records_removed_total": 55,
-        "cleanerd_tombstones_removed_total": 5,
         "cleanerd_markers_removed_total": 2,
         "cleanerd_unkeyed_records_removed_total": 1,
         "cleanerd_txn_index_rebuilds_total": 2,
@@ -207,6 +207,10 @@ def test_counters_budget_and_timestamps() -> None:
         "cleanerd_last_success_timestamp_seconds": 1_700_000_009.0,
     }
     assert {name: _one(samples, name) for name in expected} == expected
+    # the two kinds of tombstone apart, under one name
+    tombstones = "cleanerd_tombstones_removed_total"
+    assert _one(samples, tombstones, reason="expired") == 3
+    assert _one(samples, tombstones, reason="superseded") == 2
 
 
 def test_zero_gauges_without_workers() -> None:

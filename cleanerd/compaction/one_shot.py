@@ -285,6 +285,8 @@ class _Run:
             sweeps=sweeps,
             seconds=time.monotonic() - started,
             tombstones_removed=total.tombstones_removed,
+            tombstones_expired=total.tombstones_expired,
+            tombstones_superseded=total.tombstones_superseded,
             markers_removed=total.markers_removed,
             aborted_records_removed=total.aborted_records_removed,
             unkeyed_records_removed=total.invalid_messages_read,

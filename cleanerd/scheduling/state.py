@@ -80,7 +80,8 @@ class CleaningTotals:
     bytes_read: int = 0
     bytes_written: int = 0
     records_removed: int = 0
-    tombstones_removed: int = 0
+    tombstones_expired: int = 0  # won their key, but their delete horizon had passed
+    tombstones_superseded: int = 0  # a newer record of their key won
     markers_removed: int = 0
     unkeyed_records_removed: int = 0
     txn_indexes_rebuilt: int = 0  # .txnindex files that disagreed with the ABORT markers
@@ -91,3 +92,7 @@ class CleaningTotals:
     snapshot_failures: int = 0
     snapshot_bytes: int = 0  # bytes of the snapshot files written
     snapshot_seconds: float = 0.0  # time spent taking them
+
+    @property
+    def tombstones_removed(self) -> int:
+        return self.tombstones_expired + self.tombstones_superseded

@@ -70,6 +70,15 @@ def _counter(name: str, value: float) -> CounterMetricFamily:
     return CounterMetricFamily(name, _HELP[name], value=value)
 
 
+def _tombstones(expired: int, superseded: int) -> CounterMetricFamily:
+    """One counter, a ``reason`` per kind: ``sum`` gives all tombstones removed."""
+    name = "cleanerd_tombstones_removed_total"
+    family = CounterMetricFamily(name, _HELP[name], labels=["reason"])
+    family.add_metric(["expired"], expired)
+    family.add_metric(["superseded"], superseded)
+    return family
+
+
 def _kafka_gauges(s: DaemonSnapshot) -> list[Metric]:
     """Kafka's LogCleaner and LogCleanerManager gauges (reference section 5)."""
     workers = s.workers
@@ -196,7 +205,7 @@ def _budget_and_counters(s: DaemonSnapshot) -> list[Metric]:
         _counter("cleanerd_bytes_read_total", t.bytes_read),
         _counter("cleanerd_bytes_written_total", t.bytes_written),
         _counter("cleanerd_records_removed_total", t.records_removed),
-        _counter("cleanerd_tombstones_removed_total", t.tombstones_removed),
+        _tombstones(t.tombstones_expired, t.tombstones_superseded),
         _counter("cleanerd_markers_removed_total", t.markers_removed),
         _counter("cleanerd_unkeyed_records_removed_total", t.unkeyed_records_removed),
         _counter("cleanerd_txn_index_rebuilds_total", t.txn_indexes_rebuilt),

@@ -169,7 +169,9 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
     MetricDoc(
         "cleanerd_tombstones_removed_total",
         "counter",
-        "Tombstones dropped after delete.retention.ms.",
+        "Tombstones dropped by cleanings; reason=expired: delete.retention.ms had passed since"
+        " the first cleaning that kept them (their delete horizon); reason=superseded: a newer"
+        " record of their key won.",
         "",
     ),
     MetricDoc(
