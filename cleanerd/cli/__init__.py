@@ -41,6 +41,11 @@ COMMANDS = {
     "gen": Entry("cleanerd.cli.gen", "gen", "Write a seeded, reproducible workload log."),
     "plan": Entry("cleanerd.cli.plan", "plan_command", "Print each partition's cleaning plan."),
     "run": Entry("cleanerd.cli.run", "run", "Run the compaction daemon."),
+    "snapshot": Entry(
+        "cleanerd.cli.snapshot_cmd",
+        "snapshot_group",
+        "KIP-630 snapshots: create, list, show, load, fetch, delete.",
+    ),
     "spark": Entry(
         "cleanerd.cli.spark_cmd",
         "spark_group",

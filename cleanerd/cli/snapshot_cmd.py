@@ -1,4 +1,4 @@
-"""``cleanerd snapshot``: KIP-630 snapshots of compacted partitions (create, list, show, load,
+"""``cleanerd snapshot``: KIP-630 snapshots of compacted partitions (create, list, show, load, fetch,
 delete; ``verify`` checks them too).
 
 Partitions and their settings are chosen as for ``cleanerd compact`` (``--config`` and friends):
@@ -34,7 +34,7 @@ def _warn(message: str) -> None:
 
 @click.group("snapshot")
 def snapshot_group() -> None:
-    """KIP-630 snapshots of compacted partitions: create, list, show, load, delete."""
+    """KIP-630 snapshots of compacted partitions: create, list, show, load, fetch, delete."""
 
 
 @snapshot_group.command("create")
