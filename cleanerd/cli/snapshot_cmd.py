@@ -1,5 +1,5 @@
-"""``cleanerd snapshot``: KIP-630 snapshots of compacted partitions (create, list, show, load, fetch,
-delete; ``verify`` checks them too).
+"""``cleanerd snapshot``: KIP-630 snapshots of compacted partitions (create, list, show, load,
+fetch, delete; ``verify`` checks them too).
 
 Partitions and their settings are chosen as for ``cleanerd compact`` (``--config`` and friends):
 the topic's ``compaction.strategy`` decides each key's record, its ``compression.type`` the codec
