@@ -17,8 +17,7 @@ import struct
 from dataclasses import astuple, dataclass
 from pathlib import Path
 
-import crc32c
-
+from cleanerd.format.crc import checksum
 from cleanerd.storage.errors import StorageError
 
 VERSION = 1
@@ -78,7 +77,7 @@ def decode(data: bytes, path: Path | str) -> list[SnapshotEntry]:
             f"{path} at byte {_HEADER.size + whole * ENTRY_SIZE}: the file ends inside entry "
             f"{whole} of {count} ({size} bytes, {expected} expected)"
         )
-    computed = crc32c.crc32c(data[CRC_START:])
+    computed = checksum(data[CRC_START:])
     if computed != stored:
         raise CorruptSnapshotError(
             f"{path} at byte 2: CRC mismatch (stored {stored}, computed {computed} over bytes "
@@ -103,4 +102,4 @@ def read_snapshot(path: Path) -> list[SnapshotEntry]:
 def encode(entries: list[SnapshotEntry]) -> bytes:
     """A version 1 snapshot holding ``entries``, byte for byte as Kafka writes it."""
     body = struct.pack(">i", len(entries)) + b"".join(_ENTRY.pack(*astuple(e)) for e in entries)
-    return struct.pack(">hI", VERSION, crc32c.crc32c(body)) + body
+    return struct.pack(">hI", VERSION, checksum(body)) + body
