@@ -62,5 +62,19 @@ def test_create_list_show_load_delete(tmp_path: Path) -> None:
     assert f"{path}" in result.output  # the warning names the file (stderr is mixed in)
     assert f"orders-0: {len(loaded)} live keys" in result.output
 
+    # verify reports the damaged snapshot as a problem naming the file (and exits 1)
+    checked = subprocess.run(
+        [sys.executable, "-m", "cleanerd", "verify", str(part)],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 1
+    assert f"{path}" in checked.stdout + checked.stderr
+
     _run("delete", str(path))
     assert list((part / "checkpoints").iterdir()) == []
+    ok = subprocess.run(
+        [sys.executable, "-m", "cleanerd", "verify", str(part)], check=False, capture_output=True
+    )
+    assert ok.returncode == 0

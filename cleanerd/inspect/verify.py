@@ -13,6 +13,7 @@ from pathlib import Path
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.files import base_offset_of, map_readonly, segment_logs
 from cleanerd.inspect.segment_checks import Problem, SegmentResult, check_segment
+from cleanerd.snapshot.format import SnapshotError, SnapshotReader
 from cleanerd.storage import txn_check
 from cleanerd.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -32,6 +33,7 @@ from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
+from cleanerd.storage.snapshot_files import PART_SUFFIX, list_snapshots, snapshot_dir
 from cleanerd.storage.swap import leftover_temp_files
 
 LOG_DIR = "log_dir"
@@ -212,7 +214,25 @@ def verify_partition(directory: Path) -> PartitionReport:
             report.own_problems.append(Problem(str(log), "unreadable", str(exc)))
     _check_across_segments(report)
     _check_txn_indexes(directory, [s.base_offset for s in report.segments], report)
+    _check_snapshots(directory, report)
     return report
+
+
+def _check_snapshots(directory: Path, report: PartitionReport) -> None:
+    """Every KIP-630 snapshot in ``checkpoints/`` whole and valid (CRCs, header first, footer
+    last); a ``.part`` left by a killed writer is a note (the next snapshot removes it)."""
+    for _, path in list_snapshots(directory):
+        try:
+            SnapshotReader(path).close()
+        except SnapshotError as exc:
+            report.own_problems.append(Problem(str(path), "snapshot", exc.reason))
+    snapshots = snapshot_dir(directory)
+    if snapshots.is_dir():
+        for p in sorted(snapshots.iterdir()):
+            if p.name.endswith(PART_SUFFIX):
+                report.own_notes.append(
+                    Problem(str(p), "snapshot", "unfinished snapshot (a write was cut short)")
+                )
 
 
 def _fold_checked(seg: LogSegment, state: ProducerState) -> None:
