@@ -27,6 +27,7 @@ FORBIDDEN = {
     "format": ("cleanerd.storage", *_ABOVE_STORAGE),
     "storage": _ABOVE_STORAGE,
     "compaction": ("cleanerd.snapshot", "cleanerd.inspect", "cleanerd.workload", *_ENGINE),
+    "snapshot": ("cleanerd.scheduling", "cleanerd.inspect", "cleanerd.workload", *_ENGINE),
     "scheduling": _ENGINE,
     # beside the engine: driven by thin CLI wrappers and by tests, never by the daemon's loop
     "inspect": _ENGINE,
