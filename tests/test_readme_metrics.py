@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cleanerd.scheduling.state import PartitionStatus
 from cleanerd.service.metrics_doc import METRICS_DOC, MetricDoc
-from cleanerd.service.snapshot import DaemonSnapshot
+from cleanerd.service.snapshot import DaemonSnapshot, WorkerStatus
 from cleanerd.storage.topic_partition import TopicPartition
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,6 +135,20 @@ def _documented_fields(marker: str) -> set[str]:
 def test_operations_guide_documents_every_status_field() -> None:
     served = DaemonSnapshot(now_ms=0, partitions=()).to_json()
     assert _documented_fields("status-fields") == set(served)
+
+
+def _documented_subfields(marker: str, field: str) -> set[str]:
+    """The names listed in the meaning cell of ``field``'s row."""
+    rows = table_rows(section(OPERATIONS.read_text(), marker))
+    (row,) = (r for r in rows if re.findall(r"`([^`]+)`", r[0]) == [field])
+    return set(re.findall(r"`(\w+)`", row[1]))
+
+
+def test_operations_guide_documents_every_total_and_worker_field() -> None:
+    served = DaemonSnapshot(now_ms=0, partitions=(), workers=(WorkerStatus(0),)).to_json()
+    # dotted setting names in the cell (`delete.retention.ms`) are not field names
+    assert _documented_subfields("status-fields", "totals") == set(served["totals"])
+    assert _documented_subfields("status-fields", "workers") == set(served["workers"][0])
 
 
 def test_operations_guide_documents_every_partition_field() -> None:
