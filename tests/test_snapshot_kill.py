@@ -65,6 +65,8 @@ def test_kill_mid_write_leaves_a_part_file_only(tmp_path: Path) -> None:
     assert parts[0].stat().st_size > 0
     assert [p for _, p in list_snapshots(directory)] == [first.path]
 
+    # load_state takes a partition dir too (opened and closed around the walk)
+    assert {r.key: r.value for r in load_state(directory)} == before
     with open_log(directory) as log:
         assert {r.key: r.value for r in load_state(log, StrategyConfig())} == before
         again = create_snapshot(log, StrategyConfig())

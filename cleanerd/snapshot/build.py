@@ -14,6 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cleanerd.compaction.engine import open_log as open_partition
 from cleanerd.format.codecs import Compression
 from cleanerd.format.records import Record
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
@@ -93,15 +94,23 @@ def _sources(log: PartitionLog, plan: StatePlan) -> tuple[list[Source], int]:
 
 
 def load_state(
-    log: PartitionLog,
-    strategy: StrategyConfig,
+    log: PartitionLog | Path,
+    strategy: StrategyConfig | None = None,
     *,
     upto: int | None = None,
     budget_bytes: int = DEFAULT_BUDGET,
     warn: Warn = _ignore,
 ) -> Iterator[Record]:
     """The materialised state (each live key's record) below ``upto`` (default: the high
-    watermark, capped at the LSO): newest valid snapshot, then the log after it."""
+    watermark, capped at the LSO): newest valid snapshot, then the log after it.
+
+    ``log`` is an open partition or a partition dir (opened for the walk, then closed);
+    ``strategy`` is the topic's (default: offset)."""
+    strategy = strategy or StrategyConfig()
+    if not isinstance(log, PartitionLog):
+        with open_partition(log) as opened:
+            yield from load_state(opened, strategy, upto=upto, budget_bytes=budget_bytes, warn=warn)
+        return
     end = end_offset_for(log, upto)
     with ExitStack() as stack:
         plan = plan_state(log, end, warn)
