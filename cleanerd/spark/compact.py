@@ -19,17 +19,13 @@ The driver holds nothing else: the log dirs' ``.lock`` is the caller's (the CLI 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import math
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from cleanerd.compaction import cleaner as cleaner_module
-from cleanerd.compaction import one_shot as one_shot_module
 from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, slot_bytes
 from cleanerd.compaction.one_shot import (
@@ -46,13 +42,11 @@ from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.files import segment_logs
 from cleanerd.spark.plan_b import PassTimes, PlanBError, SparkPass
 from cleanerd.spark.staging import default_staging_root
-from cleanerd.storage import checkpoints
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -157,37 +151,9 @@ def compact_on_spark(
     return outcomes
 
 
-@contextlib.contextmanager
-def _dir_flock(directory: Path) -> Iterator[None]:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the flock
-
-
-def _checkpoint_update_across_processes(
-    path: Path, *args: Any, **kwargs: Any
-) -> dict[TopicPartition, int]:
-    with _dir_flock(Path(path).parent):
-        return checkpoints.update_offset_checkpoint(path, *args, **kwargs)
-
-
-def _serialise_checkpoint_updates() -> None:
-    """Stopgap, executor side: ``update_offset_checkpoint`` serialises the threads of one
-    process and relies on the log dir's ``.lock`` against other processes; plan A's tasks are
-    processes sharing a log dir (the driver holds its lock), so their read-modify-writes of
-    ``cleaner-offset-checkpoint`` raced (lost entries, a ``.tmp`` renamed under another). Each
-    update also takes an flock on the log dir here, until storage does so itself."""
-    for module in (cleaner_module, one_shot_module):
-        module.update_offset_checkpoint = _checkpoint_update_across_processes  # type: ignore[attr-defined]
-
-
 def run_plan_a(spec: tuple[PartitionJob, Options]) -> tuple[CompactionSummary | None, str | None]:
     """A plan A task (on an executor): the local engine on one partition."""
     job, options = spec
-    _serialise_checkpoint_updates()
     try:
         summary = compact_directory(
             job.directory,

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import operator
 import os
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import SupportsIndex, TypeVar, cast
@@ -250,10 +251,10 @@ def update_offset_checkpoint(
     """Read-modify-write: drop ``remove``, then apply ``set``; returns what was written.
 
     Entries for other partitions (the broker's, other cleaners') are preserved. Threads of this
-    process (the daemon's workers) are serialised per file here; other processes are kept out by
-    the log dir lock the caller holds.
+    process (the daemon's workers) are serialised per file, and processes sharing the log dir
+    (Spark's plan A tasks, under one driver's log dir lock) by an flock of the directory.
     """
-    with _file_lock(path):
+    with _file_lock(path), _dir_flock(Path(path).parent):
         current = read_offset_checkpoint(path)
         for tp in remove:
             current.pop(TopicPartition(*tp), None)
@@ -265,6 +266,17 @@ def update_offset_checkpoint(
 
 _FILE_LOCKS: dict[str, threading.Lock] = {}
 _FILE_LOCKS_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def _dir_flock(directory: Path) -> Iterator[None]:
+    """An exclusive flock of ``directory`` (not Kafka's ``.lock`` file, not a writer lock)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _file_lock(path: Path) -> threading.Lock:
