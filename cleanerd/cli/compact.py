@@ -41,7 +41,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
-from cleanerd.cli.options import format_option
+from cleanerd.cli.options import cleaning_options, dedupe_buffer_option, format_option
 from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
 from cleanerd.cli.repairs import Repairs
 from cleanerd.cli.tables import iec_size, table_console
@@ -55,7 +55,6 @@ from cleanerd.compaction.one_shot import (
 )
 from cleanerd.compaction.strategy import Strategy
 from cleanerd.compaction.summary import CompactionProgress, CompactionSummary, Progress
-from cleanerd.compaction.topic_config import INT_MAX
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -86,39 +85,10 @@ def _check_jobs(jobs: list[Job], map_bytes: int, strategy: str | None) -> None:
 
 @click.command()
 @target_options
-@click.option(
-    "--strategy",
-    type=click.Choice([s.value for s in Strategy]),
-    help="Compaction strategy (KIP-280) [default: the topic's, else offset].",
-)
-@click.option("--strategy-header", help="Version header for --strategy header.")
-@click.option(
-    "--delete-retention-ms",
-    type=click.IntRange(min=0),
-    help="Tombstone retention [default: the topic's, else Kafka's 1 day]; 0 removes them all.",
-)
-@click.option(
-    "--min-compaction-lag-ms",
-    type=click.IntRange(min=0),
-    help="Leave records younger than this [default: the topic's, else 0].",
-)
-@click.option(
-    "--producer-id-expiration-ms",
-    type=click.IntRange(min=1, max=INT_MAX),
-    help="producer.id.expiration.ms: a producer idle this long loses its protected last batch "
-    "[default: the config's, else Kafka's 1 day].",
-)
-@click.option(
-    "--roll-active",
-    is_flag=True,
-    help="Roll each partition's active segment first, so it is compacted too (offline logs).",
-)
-@click.option(
-    "--dedupe-buffer-bytes",
-    type=click.IntRange(min=1),
-    default=DEFAULT_DEDUPE_BUFFER_BYTES,
-    show_default=True,
-    help="Offset map memory (log.cleaner.dedupe.buffer.size); smaller means more passes.",
+@cleaning_options
+@dedupe_buffer_option(
+    DEFAULT_DEDUPE_BUFFER_BYTES,
+    "Offset map memory (log.cleaner.dedupe.buffer.size); smaller means more passes.",
 )
 @click.option("--dry-run", is_flag=True, help="Compact a temporary copy; write nothing here.")
 @format_option("text: a summary table; json: one JSON object per partition per line.")

@@ -7,6 +7,9 @@ from typing import Any, TypeVar
 
 import click
 
+from cleanerd.topic_catalog import INT_MAX
+from cleanerd.topic_model import Strategy
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -17,6 +20,55 @@ def format_option(help_text: str, dest: str = "fmt") -> Callable[[F], F]:
         dest,
         type=click.Choice(["text", "json"]),
         default="text",
+        show_default=True,
+        help=help_text,
+    )
+
+
+def cleaning_options(func: F) -> F:
+    """The topic-setting overrides of a cleaning (``compact`` and ``spark compact`` alike):
+    strategy, tombstone retention, minimum lag, producer expiration, and ``--roll-active``."""
+    for option in [
+        click.option(
+            "--strategy",
+            type=click.Choice([s.value for s in Strategy]),
+            help="Compaction strategy (KIP-280) [default: the topic's, else offset].",
+        ),
+        click.option("--strategy-header", help="Version header for --strategy header."),
+        click.option(
+            "--delete-retention-ms",
+            type=click.IntRange(min=0),
+            help="Tombstone retention [default: the topic's, else Kafka's 1 day]; 0 removes "
+            "them all.",
+        ),
+        click.option(
+            "--min-compaction-lag-ms",
+            type=click.IntRange(min=0),
+            help="Leave records younger than this [default: the topic's, else 0].",
+        ),
+        click.option(
+            "--producer-id-expiration-ms",
+            type=click.IntRange(min=1, max=INT_MAX),
+            help="producer.id.expiration.ms: a producer idle this long loses its protected last "
+            "batch [default: the config's, else Kafka's 1 day].",
+        ),
+        click.option(
+            "--roll-active",
+            is_flag=True,
+            help="Roll each partition's active segment first, so it is compacted too (offline "
+            "logs).",
+        ),
+    ][::-1]:
+        func = option(func)
+    return func
+
+
+def dedupe_buffer_option(default: int, help_text: str) -> Callable[[F], F]:
+    """``--dedupe-buffer-bytes``: offset map memory (``log.cleaner.dedupe.buffer.size``)."""
+    return click.option(
+        "--dedupe-buffer-bytes",
+        type=click.IntRange(min=1),
+        default=default,
         show_default=True,
         help=help_text,
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from cleanerd.cli.options import format_option
+from cleanerd.cli.options import dedupe_buffer_option, format_option
 from cleanerd.cli.plan import find_targets, load_selection, select, target_options
 from cleanerd.compaction.engine import open_log
 from cleanerd.snapshot.build import DEFAULT_BUDGET, SnapshotResult, create_snapshot, load_state
@@ -26,6 +26,10 @@ from cleanerd.snapshot.format import SnapshotError, SnapshotReader, codec_for
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.snapshot_files import delete_snapshot, list_snapshots
+
+_dedupe = dedupe_buffer_option(
+    DEFAULT_BUDGET, "Offset map memory; more keys than fit are done in several passes."
+)
 
 
 def _warn(message: str) -> None:
@@ -40,13 +44,7 @@ def snapshot_group() -> None:
 @snapshot_group.command("create")
 @target_options
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
-@click.option(
-    "--dedupe-buffer-bytes",
-    type=click.IntRange(min=1024),
-    default=DEFAULT_BUDGET,
-    show_default=True,
-    help="Offset map memory; more keys than fit are done in several passes.",
-)
+@_dedupe
 @format_option("text: one line per partition; json: one object per partition.")
 def create(
     paths: tuple[Path, ...],
@@ -207,12 +205,7 @@ def _print_record(
 @target_options
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
 @click.option("--count", is_flag=True, help="Print only the number of live keys.")
-@click.option(
-    "--dedupe-buffer-bytes",
-    type=click.IntRange(min=1024),
-    default=DEFAULT_BUDGET,
-    show_default=True,
-)
+@_dedupe
 def load(
     paths: tuple[Path, ...],
     topic: str | None,

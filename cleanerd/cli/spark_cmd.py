@@ -17,10 +17,8 @@ from pathlib import Path
 import click
 
 from cleanerd.cli.compact import _check_jobs, _note, _print_table
-from cleanerd.cli.options import format_option
+from cleanerd.cli.options import cleaning_options, format_option
 from cleanerd.cli.plan import find_targets, load_selection, select, target_options
-from cleanerd.compaction.strategy import Strategy
-from cleanerd.compaction.topic_config import INT_MAX
 from cleanerd.spark import SparkMissingError, require_pyspark
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
@@ -46,28 +44,7 @@ def _conf(pairs: tuple[str, ...]) -> dict[str, str]:
 @target_options
 @click.option("--master", help="Spark master URL [default: spark-submit's, else local[*]].")
 @click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE", help="Spark conf (repeat).")
-@click.option(
-    "--strategy",
-    type=click.Choice([s.value for s in Strategy]),
-    help="Compaction strategy (KIP-280) [default: the topic's, else offset].",
-)
-@click.option("--strategy-header", help="Version header for --strategy header.")
-@click.option(
-    "--delete-retention-ms",
-    type=click.IntRange(min=0),
-    help="Tombstone retention [default: the topic's, else Kafka's 1 day]; 0 removes them all.",
-)
-@click.option(
-    "--min-compaction-lag-ms",
-    type=click.IntRange(min=0),
-    help="Leave records younger than this [default: the topic's, else 0].",
-)
-@click.option(
-    "--producer-id-expiration-ms",
-    type=click.IntRange(min=1, max=INT_MAX),
-    help="producer.id.expiration.ms [default: the config's, else Kafka's 1 day].",
-)
-@click.option("--roll-active", is_flag=True, help="Roll each active segment first (offline logs).")
+@cleaning_options
 @click.option(
     "--task-budget-bytes",
     type=click.IntRange(min=1),
