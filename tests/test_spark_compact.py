@@ -25,6 +25,7 @@ from cleanerd.cli import cli
 from cleanerd.compaction.one_shot import compact_directory
 from cleanerd.compaction.strategy import Strategy, StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.snapshot.build import create_snapshot
 from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
 from cleanerd.spark.plan_b import FAIL_WRITE_CONF
 from cleanerd.storage.log_config import LogConfig
@@ -234,3 +235,30 @@ def test_without_pyspark_the_command_says_how_to_install_it(
     assert result.exit_code == 1
     assert "pip install 'cleanerd[spark]'" in result.output
     assert tree(logdir) == before
+
+
+def test_plan_b_keeps_the_tombstones_a_snapshot_needs_as_the_local_engine_does(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A snapshot ends halfway: with tombstone retention 0 both engines remove the tombstones
+    below its end and keep the ones past it (a replay from it needs them), byte for byte."""
+    spec: dict[str, Any] = {"records": 1500, "keys": 60, "records_per_batch": 10}
+    spec |= {"tombstone_ratio": 0.3, "segment_bytes": 8_000, "seed": 7}
+    logdir = make_log(tmp_path, **spec)
+    (part,) = [p for p in logdir.iterdir() if p.is_dir()]
+    log = PartitionLog(part, LogConfig(segment_bytes=spec["segment_bytes"]))
+    half = create_snapshot(log, strategy_config("offset"), upto=log.log_end_offset // 2)
+    log.close()
+    assert half.sid is not None
+    local = on_copy(logdir, "local")
+    jobs = jobs_of(logdir, "offset", 0, spec["segment_bytes"])
+    compact_locally(local, relocated(jobs, local))
+    (result,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
+    assert result.plan is Plan.B
+    assert result.error is None
+    assert tree(logdir) == tree(local)
+    kept = PartitionLog(local / part.name)
+    tombstones = [r.offset for r in kept.records() if r.value is None]
+    kept.close()
+    assert tombstones  # some stayed: all of them at or past the snapshot's end
+    assert min(tombstones) >= half.sid.end_offset

@@ -54,6 +54,7 @@ from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
+from cleanerd.storage.snapshot_files import oldest_snapshot_end
 
 Arr = npt.NDArray[Any]
 
@@ -106,7 +107,10 @@ def pass_context(
     now_ms: int,
     upper: int,
     producers: Mapping[int, LastRecord],
+    tombstones_kept_from: int = LONG_MAX,
 ) -> PassContext:
+    """Pass 2's fixed context, as ``Cleaner`` builds it (``tombstones_kept_from``: the oldest
+    snapshot's end, see ``tombstone_floor``)."""
     return PassContext(
         omap=omap,
         strategy=strategy,
@@ -114,7 +118,15 @@ def pass_context(
         new_horizon_ms=min(now_ms + config.delete_retention_ms, LONG_MAX),
         upper_bound=upper,
         producers=ProducerTable(producers),
+        tombstones_kept_from=tombstones_kept_from,
     )
+
+
+def tombstone_floor(log: PartitionLog) -> int:
+    """Where tombstones start to be kept whatever their horizon: the oldest KIP-630 snapshot's
+    end (``Cleaner.clean`` does the same), LONG_MAX without snapshots."""
+    floor = oldest_snapshot_end(log.directory)
+    return LONG_MAX if floor is None else floor
 
 
 TxnState = tuple[set[int], dict[int, Any], list[tuple[int, int, Any]]]

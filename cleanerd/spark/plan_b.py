@@ -40,6 +40,7 @@ from cleanerd.compaction.external import (
     pass_groups,
     restore_state,
     swap_group,
+    tombstone_floor,
     transaction_states,
     trust_txn_indexes,
     winner_map,
@@ -51,6 +52,7 @@ from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import LastRecord
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.spark.staging import group_dir, job_dir, move_into
 from cleanerd.spark.winners import ScanJob, SegmentSet, scan_rows, winners_by_group
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
@@ -90,6 +92,7 @@ class WriteJob:
     states: tuple[TxnState, ...]
     created_ms: int
     fail_group: int | None = None
+    tombstones_kept_from: int = LONG_MAX  # the oldest snapshot's end (external.tombstone_floor)
 
     def write(self, group: int, hashes: Any, offsets: Any, versions: Any, has: Any) -> None:
         """Filter group ``group`` into its staging dir, with its counters (``STATS_FILE``)."""
@@ -97,7 +100,13 @@ class WriteJob:
         members = [segments[i] for i in self.segments.groups[group]]
         omap = winner_map(self.strategy, hashes, offsets, versions, has, self.latest_offset)
         ctx = pass_context(
-            omap, self.config, self.strategy, self.now_ms, self.upper, self.producers
+            omap,
+            self.config,
+            self.strategy,
+            self.now_ms,
+            self.upper,
+            self.producers,
+            self.tombstones_kept_from,
         )
         stats = CleanerStats()
         where = group_dir(Path(self.staging), group)
@@ -214,6 +223,7 @@ class SparkPass:
                 states=states,
                 created_ms=log.clock(),
                 fail_group=int(fail) if fail not in (None, "") else None,
+                tombstones_kept_from=tombstone_floor(log),
             )
             times.prepare = time.monotonic() - t0
             results = self._run(
