@@ -371,7 +371,10 @@ def resolve_synonyms(values: dict[str, Sourced], findings: Findings) -> None:
         except ValueError:
             findings.problems.append((coarse, raw.value, raw.source, "must be an integer"))
             continue
-        values[target] = Sourced(number * unit, f"{raw.source}, as {coarse}")
+        ms = number * unit
+        if target == "log.retention.ms" and ms < 0:
+            ms = -1  # Kafka's logRetentionTimeMillis: any negative retention means unlimited
+        values[target] = Sourced(ms, f"{raw.source}, as {coarse}")
     alias = values.pop("log.dir", None)
     if alias is not None and values["log.dirs"].source == DEFAULT:
         values["log.dirs"] = Sourced(alias.value, f"{alias.source}, as log.dir")

@@ -368,6 +368,14 @@ def test_hours_become_ms(tmp_path: Path) -> None:
     assert loaded.origins["log.roll.ms"].endswith("as log.roll.hours")
 
 
+def test_negative_retention_hours_mean_unlimited_as_in_kafka(tmp_path: Path) -> None:
+    """``log.retention.hours=-1`` is a common broker setting: Kafka maps any negative derived
+    retention to -1 (unlimited) rather than refusing it."""
+    for props in ("log.retention.hours=-1\n", "log.retention.minutes=-1\n"):
+        loaded = load(tmp_path, props=props)
+        assert loaded.config.topic_settings("t").retention.retention_ms == -1
+
+
 def test_ms_wins_over_minutes_over_hours(tmp_path: Path) -> None:
     loaded = load(
         tmp_path,

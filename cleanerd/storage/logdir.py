@@ -57,17 +57,24 @@ _held: set[tuple[int, int]] = set()
 _held_guard = threading.Lock()
 
 
+KRAFT_METADATA_TOPIC = "__cluster_metadata"
+"""The KRaft metadata log's topic: its unkeyed records are the cluster's state, never a log to
+compact (Kafka's ``LogManager`` leaves it to the Raft layer)."""
+
+
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
     """``<topic>-<partition>`` -> TopicPartition, or None if this is not a live partition dir.
 
     Split at the last '-' (topics may contain '-'). Dirs being deleted, moved between log dirs
     or set aside as stray (``...-delete``, ``-future``, ``-stray``) are not ours to touch, and
     neither is anything with an invalid topic or a non-canonical partition number such as
-    ``01`` (it would not be the directory ``partition_dir`` names).
+    ``01`` (it would not be the directory ``partition_dir`` names), nor KRaft's metadata log.
     """
     if name.endswith(_SPECIAL_DIR_SUFFIXES):
         return None
     topic, sep, partition = name.rpartition("-")
+    if topic == KRAFT_METADATA_TOPIC:
+        return None  # KRaft's metadata log: Kafka's LogManager never loads it, nor do we
     if not sep or not is_valid_topic_name(topic) or _PARTITION.fullmatch(partition) is None:
         return None
     number = int(partition)
