@@ -36,15 +36,14 @@ empty segments into their neighbours, as Kafka's grouping merges empty segments.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from cleanerd.compaction.batches import fold_producers, segments_between
 from cleanerd.compaction.build_map import build_offset_map, update_from_clean_prefix
-from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable, decide_chunk
+from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable
 from cleanerd.compaction.fused import Arr, touched_bitmap
+from cleanerd.compaction.group_writer import write_group
 from cleanerd.compaction.grouping import SegmentSizes, group_items
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.plan import CleaningPlan
@@ -57,13 +56,8 @@ from cleanerd.compaction.transactions import (
     CleanedTransactionMetadata,
     last_records_of_active_producers,
 )
-from cleanerd.compaction.writer import CleanedSegmentWriter
-from cleanerd.format import kernels as k
-from cleanerd.format.reader import I64, U8
-from cleanerd.storage import chunks as chunks_mod
-from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
-from cleanerd.storage.chunks import iter_chunks, release
+from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_file
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
@@ -72,9 +66,6 @@ from cleanerd.storage.snapshot_files import oldest_snapshot_end
 
 RECORD_CACHE_BYTES = 64 << 20
 """Default bound of pass 1's record cache (``record_cache``): 26 bytes a record."""
-
-CACHED_CHUNKS = 4
-"""Pass 2 decides the batches pass 1 cached this many chunks (``CHUNK_BYTES``) at a time."""
 
 
 class CleaningAbortedError(Exception):
@@ -277,28 +268,14 @@ class Cleaner:
         """Kafka's ``cleanSegments``: one ``.cleaned`` segment for the group, then the swap."""
         cleaned = _new_cleaned_segment(log, group[0].base_offset)
         try:
-            meta.output_txn_index = cleaned.txn_index
-            writer = CleanedSegmentWriter(cleaned, stats, self.throttler)
-            for i, seg in enumerate(group):
-                seg_upper = group[i + 1].base_offset if i + 1 < len(group) else seg.next_offset()
-                meta.add_aborted(collect_aborted(list(log.segments), seg.base_offset, seg_upper))
-                arr = seg.view()
-                path = str(seg.log_path)
-                for batches, first in _chunks(arr, seg, cache):
-                    on_chunk(int(batches[:, k.B_SIZE].sum()))
-                    decision = decide_chunk(ctx, meta, arr, batches, path, stats, cache, first)
-                    writer.write(arr, decision)
-            writer.flush()
-            cleaned.on_become_inactive()
-            mtime_ns = group[-1].log_path.stat().st_mtime_ns
-            cleaned.set_last_modified(mtime_ns)
+            mtime_ns = write_group(
+                log.segments, group, cleaned, ctx, meta, stats, on_chunk, cache, self.throttler
+            )
             self._swap(log, cleaned, group, mtime_ns)
         except BaseException:
             if cleaned.temp_suffix == CLEANED_SUFFIX:
                 cleaned.delete()
             raise
-        finally:
-            meta.output_txn_index = None
 
     @staticmethod
     def _swap(
@@ -332,46 +309,6 @@ def _trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
     if problems:
         stats.txn_indexes_rebuilt += len({p.base_offset for p in problems})
         stats.txn_index_problems += tuple(str(p) for p in problems)
-
-
-def _chunks(
-    arr: U8, seg: LogSegment, cache: RecordCache | None
-) -> Iterator[tuple[I64, I64 | None]]:
-    """Pass 2's chunks of a segment with each batch's first cached record (None: no cache).
-
-    A segment pass 1 read whole comes from the cache, chunk by chunk as pass 1 saw it, without
-    walking it again; its pages are released after each chunk, as ``iter_chunks`` does.
-    """
-    cached = cache.chunks(id(seg)) if cache is not None else None
-    if cached is not None:
-        # nothing is read to decide these: take several of pass 1's chunks at a time
-        step = chunks_mod.CHUNK_BYTES * CACHED_CHUNKS
-        i = 0
-        while i < len(cached):
-            j, size = i, 0
-            while j < len(cached) and (j == i or size + _chunk_bytes(cached[j][0]) <= step):
-                size += _chunk_bytes(cached[j][0])
-                j += 1
-            if j == i + 1:
-                batches, first = cached[i]
-            else:
-                batches = np.concatenate([b for b, _ in cached[i:j]])
-                first = np.concatenate([f for _, f in cached[i:j]])
-            yield batches, first
-            if batches.shape[0]:
-                end = int(batches[-1, k.B_POS] + batches[-1, k.B_SIZE])
-                release(arr, int(batches[0, k.B_POS]), end)
-            i = j
-        return
-    path = str(seg.log_path)
-    for batches in iter_chunks(
-        arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
-    ):
-        yield batches, cache.first_records(id(seg), batches) if cache is not None else None
-
-
-def _chunk_bytes(batches: I64) -> int:
-    return int(batches[:, k.B_SIZE].sum())
 
 
 def _new_cleaned_segment(log: PartitionLog, base_offset: int) -> LogSegment:

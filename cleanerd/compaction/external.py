@@ -11,8 +11,9 @@ the same order; they are here so that nothing of the cleaner's is copied:
   sequential replay of the transactional and control batches, the only state that crosses
   groups), so a group can be filtered on its own;
 * ``winner_map``: an ``OffsetMap`` holding given winners exactly as pass 1 would leave them;
-* ``write_group``: ``Cleaner``'s group loop into a ``.cleaned`` segment anywhere (a staging
-  dir), and ``swap_group``: the swap of a finished one, empty replacements included.
+* ``group_writer.write_group`` (``Cleaner``'s own group loop) into a ``.cleaned`` segment
+  anywhere (a staging dir), and ``swap_group``: the swap of a finished one, empty
+  replacements included.
 
 The caller holds the partition's writer lock from ``pass_groups`` to the last ``swap_group``.
 """
@@ -28,14 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction.batches import fold_producers, segments_between, transaction_verdicts
-from cleanerd.compaction.cleaner import (
-    Cleaner,
-    CleanResult,
-    _chunks,
-    _trust_txn_indexes,
-    segment_sizes,
-)
-from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable, decide_chunk
+from cleanerd.compaction.cleaner import Cleaner, CleanResult, _trust_txn_indexes, segment_sizes
+from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable
+from cleanerd.compaction.group_writer import add_segment_aborted
 from cleanerd.compaction.grouping import group_items
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
 from cleanerd.compaction.plan import CleaningPlan
@@ -48,9 +44,6 @@ from cleanerd.compaction.transactions import (
     LastRecord,
     last_records_of_active_producers,
 )
-from cleanerd.compaction.writer import CleanedSegmentWriter
-from cleanerd.format import kernels as k
-from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
@@ -146,17 +139,6 @@ def restore_state(state: TxnState) -> CleanedTransactionMetadata:
     return meta
 
 
-def _add_segment_aborted(
-    meta: CleanedTransactionMetadata,
-    segments: Sequence[LogSegment],
-    group: Sequence[LogSegment],
-    i: int,
-) -> None:
-    seg = group[i]
-    seg_upper = group[i + 1].base_offset if i + 1 < len(group) else seg.next_offset()
-    meta.add_aborted(collect_aborted(list(segments), seg.base_offset, seg_upper))
-
-
 def transaction_states(
     segments: Sequence[LogSegment], groups: Sequence[Sequence[LogSegment]]
 ) -> list[TxnState]:
@@ -167,7 +149,7 @@ def transaction_states(
     for group in groups:
         states.append(_state(meta))
         for i, seg in enumerate(group):
-            _add_segment_aborted(meta, segments, group, i)
+            add_segment_aborted(meta, segments, group, i)
             arr = seg.view()
             for batches in iter_chunks(
                 arr, path=str(seg.log_path), prev_last_offset=seg.base_offset - 1, check_crc=False
@@ -200,35 +182,6 @@ def winner_map(
             raise ValueError(f"{n} winners given, {omap.size} distinct keys stored")
     omap.update_latest_offset(latest_offset)
     return omap
-
-
-def write_group(
-    segments: Sequence[LogSegment],
-    group: Sequence[LogSegment],
-    cleaned: LogSegment,
-    ctx: PassContext,
-    meta: CleanedTransactionMetadata,
-    stats: CleanerStats,
-    on_chunk: Callable[[int], None] = lambda size: None,
-) -> None:
-    """Filter ``group`` into the empty segment ``cleaned`` (``Cleaner``'s group loop), flush it
-    and give it the group's last mtime; ``meta`` is the pass's state at the group's start."""
-    meta.output_txn_index = cleaned.txn_index
-    try:
-        writer = CleanedSegmentWriter(cleaned, stats)
-        for i, seg in enumerate(group):
-            _add_segment_aborted(meta, segments, group, i)
-            arr = seg.view()
-            path = str(seg.log_path)
-            for batches, first in _chunks(arr, seg, None):
-                on_chunk(int(batches[:, k.B_SIZE].sum()))
-                decision = decide_chunk(ctx, meta, arr, batches, path, stats, None, first)
-                writer.write(arr, decision)
-        writer.flush()
-        cleaned.on_become_inactive()
-        cleaned.set_last_modified(group[-1].log_path.stat().st_mtime_ns)
-    finally:
-        meta.output_txn_index = None
 
 
 def swap_group(log: PartitionLog, cleaned: LogSegment, group: Sequence[LogSegment]) -> None:

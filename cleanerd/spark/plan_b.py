@@ -44,8 +44,8 @@ from cleanerd.compaction.external import (
     transaction_states,
     trust_txn_indexes,
     winner_map,
-    write_group,
 )
+from cleanerd.compaction.group_writer import write_group
 from cleanerd.compaction.plan import CleaningPlan
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.strategy import StrategyConfig
