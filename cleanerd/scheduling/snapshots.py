@@ -24,12 +24,13 @@ def latest_snapshot_end(directory: Path) -> int | None:
     return found[-1][0].end_offset if found else None
 
 
-def snapshot_due(directory: Path, meta: LogMeta, settings: TopicSettings) -> bool:
-    """Whether the partition needs a new snapshot now (see the module doc)."""
+def snapshot_due(meta: LogMeta, settings: TopicSettings, snapshot_end: int | None) -> bool:
+    """Whether the partition needs a new snapshot now (see the module doc); ``snapshot_end`` is
+    the newest snapshot's end as the survey found it (``latest_snapshot_end``)."""
     if not settings.snapshot.enable:
         return False
     reachable = min(meta.last_stable_offset, meta.log_end_offset)
-    since = reachable - (latest_snapshot_end(directory) or meta.log_start_offset)
+    since = reachable - (snapshot_end or meta.log_start_offset)
     return since > settings.snapshot.minimum_records
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from cleanerd.compaction.plan import CleaningPlan, plan
 from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.scheduling.metadata import MetadataCache, PartitionMeta
+from cleanerd.scheduling.snapshots import latest_snapshot_end
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.topic_partition import TopicPartition
 
@@ -35,6 +36,7 @@ class PartitionSurvey:
     plan: CleaningPlan | None = None
     dirty_records: int = 0  # records in the dirty segments (sizes the offset map)
     config_error: str | None = None
+    snapshot_end: int | None = None  # newest snapshot's end offset (topics with snapshots on)
 
     @property
     def compacted(self) -> bool:
@@ -100,13 +102,15 @@ def _survey_one(
         return PartitionSurvey(tp, log_dir, directory, meta, None, config_error=found)
     if meta.log is None or not found.cleaner.compact:
         return PartitionSurvey(tp, log_dir, directory, meta, found)
+    # read here, in the survey's thread: the manager decides on the event loop, which reads no files
+    snap_end = latest_snapshot_end(directory) if found.snapshot.enable else None
     try:
         p = plan(meta.log, found.cleaner, now_ms)
     except ValueError as e:
         bad = PartitionMeta(tp, directory, meta.size_bytes, meta.fingerprint, error=f"plan: {e}")
-        return PartitionSurvey(tp, log_dir, directory, bad, found)
+        return PartitionSurvey(tp, log_dir, directory, bad, found, snapshot_end=snap_end)
     records = meta.records_between(p.first_dirty_offset, p.first_uncleanable_offset)
-    return PartitionSurvey(tp, log_dir, directory, meta, found, p, records)
+    return PartitionSurvey(tp, log_dir, directory, meta, found, p, records, snapshot_end=snap_end)
 
 
 def take_survey(

@@ -103,7 +103,8 @@ class Upkeep:
         for st, meta, settings in self._maintainable():
             # a log waiting to be cleaned is cleaned first: the snapshot then reads less, and a
             # busy partition's snapshots never keep its cleanings (and truncation) waiting
-            if not st.cleanable and snapshot_due(st.directory, meta, settings):
+            snapshot_end = self._surveyed[st.tp].snapshot_end
+            if not st.cleanable and snapshot_due(meta, settings, snapshot_end):
                 st.state = IN_PROGRESS
                 self._stale.add(st.tp)
                 records = max(meta.log_end_offset - meta.log_start_offset, 1)
