@@ -13,6 +13,8 @@ import hashlib
 import json
 import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,10 @@ from cleanerd.cli import cli
 from cleanerd.compaction.one_shot import compact_directory
 from cleanerd.compaction.strategy import Strategy, StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot
 from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
-from cleanerd.spark.plan_b import FAIL_WRITE_CONF
+from cleanerd.spark.plan_b import FAIL_WRITE_CONF, HOLD_WRITE_CONF
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.workload import WorkloadSpec, generate
@@ -187,6 +190,112 @@ def test_a_failed_write_task_leaves_the_log_as_it_was_and_a_rerun_succeeds(
     assert again.error is None
     assert again.summary is not None
     assert tree(logdir) == tree(local)
+
+
+# --- a failed partition is left byte-identical, open-time repairs included -------------------
+@pytest.mark.parametrize(("plan", "budget"), [(Plan.A, LOCAL_MAP), (Plan.B, TINY)])
+def test_a_failed_partition_is_left_as_it_was_with_the_repairs_of_its_open_undone(
+    spark: Any, tmp_path: Path, plan: Plan, budget: int
+) -> None:
+    """The first segment lost its indexes (opening the log rebuilds them, the ``.txnindex``
+    too), a dirty segment is cut short (the cleaning fails): the rebuilt indexes must not stay,
+    every file is as it was, as ``cleanerd compact`` leaves it (``storage.repairs``)."""
+    spec: dict[str, Any] = {"records": 1500, "keys": 100, "records_per_batch": 10}
+    spec |= {"segment_bytes": 8_000, "transactional_producers": 2, "abort_ratio": 0.5, "seed": 4}
+    logdir = make_log(tmp_path, **spec)
+    (part,) = [p for p in logdir.iterdir() if p.is_dir()]
+    logs = sorted(part.glob("*.log"))
+    assert len(logs) > 4
+    for suffix in (".index", ".timeindex", ".txnindex"):
+        logs[0].with_suffix(suffix).unlink(missing_ok=True)
+    logs[3].write_bytes(logs[3].read_bytes()[:-7])
+    before = tree(logdir)
+    jobs = jobs_of(logdir, "offset", 0, spec["segment_bytes"])
+
+    (failed,) = compact_on_spark(spark, jobs, Options(NOW, budget))
+
+    assert failed.plan is plan
+    assert failed.summary is None
+    assert tree(logdir) == before
+    assert failed.error is not None
+    assert failed.error.endswith("(partition left as it was)"), failed.error
+
+
+# --- writers append while plan B runs ------------------------------------------------------------
+def test_a_writer_appends_while_a_plan_b_job_runs_and_the_result_is_the_local_engines(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Plan B holds the writer lock as the local cleaner does (swaps, brief reads), not for the
+    job: another thread's append through storage's appender completes while the job's write
+    tasks are held (``HOLD_WRITE_CONF``), and the records that were there are compacted byte for
+    byte as ``cleanerd compact`` compacts them, the appended batch after them."""
+    spec: dict[str, Any] = {"records": 2000, "keys": 100, "records_per_batch": 10}
+    spec |= {"tombstone_ratio": 0.2, "transactional_producers": 1, "segment_bytes": 8_000}
+    logdir = make_log(tmp_path, **spec)
+    local = on_copy(logdir, "local")
+    jobs = jobs_of(logdir, "offset", 0, spec["segment_bytes"])
+    compact_locally(local, relocated(jobs, local))
+    (part,) = [j.directory for j in jobs]
+    active = sorted(part.glob("*.log"))[-1].name.split(".")[0]  # the empty active segment
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    late = Record(0, NOW, b"late key", b"late value")
+    seen: dict[str, Any] = {}
+
+    def writer() -> None:
+        if not _wait_for(lambda: any(gate.glob("writing-*")), seen):
+            return
+        log = PartitionLog(part, LogConfig(segment_bytes=spec["segment_bytes"]))
+        try:
+            seen["append"] = log.append([late])
+        finally:
+            log.close()
+        seen["go_before_append"] = (gate / "go").exists()
+
+    def release() -> None:
+        _wait_for(lambda: "append" in seen, seen)  # a writer blocked by the job: time out
+        (gate / "go").touch()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (writer, release)]
+    for t in threads:
+        t.start()
+    spark.conf.set(HOLD_WRITE_CONF, str(gate))
+    try:
+        (result,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
+    finally:
+        spark.conf.unset(HOLD_WRITE_CONF)
+        (gate / "go").touch()
+        for t in threads:
+            t.join(timeout=120)
+    assert result.plan is Plan.B
+    assert result.error is None, result.error
+    assert "timed out" not in seen, "no write task started, or the append waited for the job"
+    assert seen["go_before_append"] is False  # appended while the write tasks were held
+    mine, theirs = tree(logdir), tree(local)
+    in_active = {name for name in mine | theirs if Path(name).name.startswith(active)}
+    assert {n: h for n, h in mine.items() if n not in in_active} == {
+        n: h for n, h in theirs.items() if n not in in_active
+    }
+    log = PartitionLog(part)
+    got = [(r.offset, r.key, r.value) for r in log.records()]
+    log.close()
+    want_log = PartitionLog(local / part.name)
+    want = [(r.offset, r.key, r.value) for r in want_log.records()]
+    end = want_log.log_end_offset
+    want_log.close()
+    assert seen["append"].first_offset == end
+    assert got == [*want, (end, late.key, late.value)]
+
+
+def _wait_for(condition: Any, seen: dict[str, Any], seconds: float = 60.0) -> bool:
+    """Poll ``condition`` for at most ``seconds`` (a liveness bound, not a speed check)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            seen["timed out"] = True
+            return False
+        time.sleep(0.05)
+    return True
 
 
 # --- the command -------------------------------------------------------------------------------

@@ -43,7 +43,6 @@ from rich.text import Text
 
 from cleanerd.cli.options import cleaning_options, dedupe_buffer_option, format_option
 from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
-from cleanerd.cli.repairs import Repairs
 from cleanerd.cli.tables import iec_size, table_console
 from cleanerd.compaction.bounds import Bound
 from cleanerd.compaction.jit import compile_clock
@@ -64,6 +63,7 @@ from cleanerd.storage.checkpoints import (
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import wall_clock_ms
+from cleanerd.storage.repairs import Repairs
 
 
 def _check_jobs(jobs: list[Job], map_bytes: int, strategy: str | None) -> None:

@@ -26,11 +26,9 @@ the clean stops with ``CleaningAbortedError`` and leaves no ``.cleaned`` file. A
 also removes the group's ``.cleaned`` files before it propagates. Groups swapped before an abort
 stay swapped (as in Kafka); the checkpoint is written only after a complete pass.
 
-One deviation from Kafka, for crash safety: ``storage.replace_segments`` refuses to replace a
-non-empty segment whose base offset lies beyond the cleaned segment's offsets (on a crash,
-recovery could not tell it was replaced). When the tail segments of a group lose every batch,
-they are replaced each by an empty segment at its own base instead; the next pass merges those
-empty segments into their neighbours, as Kafka's grouping merges empty segments.
+The swap of each group (``group_swap.replace_group``, which Spark's plan B uses too) deviates
+from Kafka in one way, for crash safety: tail segments of a group that lose every batch are
+replaced each by an empty segment at its own base (see there).
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from cleanerd.compaction.batches import fold_producers, segments_between
 from cleanerd.compaction.build_map import build_offset_map, update_from_clean_prefix
 from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable
 from cleanerd.compaction.fused import Arr, touched_bitmap
+from cleanerd.compaction.group_swap import new_cleaned_segment, replace_group
 from cleanerd.compaction.group_writer import write_group
 from cleanerd.compaction.grouping import SegmentSizes, group_items
 from cleanerd.compaction.offset_map import OffsetMap
@@ -58,7 +57,7 @@ from cleanerd.compaction.transactions import (
 )
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
 from cleanerd.storage.chunks import iter_chunks
-from cleanerd.storage.files import CLEANED_SUFFIX, SEGMENT_SUFFIXES, segment_file
+from cleanerd.storage.files import CLEANED_SUFFIX
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import check_offsets_across
@@ -149,7 +148,7 @@ class Cleaner:
             return CleanResult(start, stats)
 
         on_chunk = self._on_chunk(log, abort_check)
-        _trust_txn_indexes(log, stats)
+        trust_txn_indexes(log, stats)
         segments = list(log.segments)
         cleanable = segments[:-1]  # never the active segment
         dirty = segments_between(cleanable, start, upper)
@@ -202,7 +201,7 @@ class Cleaner:
         """
         stats = CleanerStats(clock=self.clock)
         on_chunk = self._on_chunk(log, abort_check)
-        _trust_txn_indexes(log, stats)
+        trust_txn_indexes(log, stats)
         self._check(segments, set(), on_chunk)
         ctx = self._context(log, config, strategy, now_ms, upper_bound)
         self._clean_group(log, segments, ctx, CleanedTransactionMetadata(), stats, on_chunk)
@@ -266,39 +265,19 @@ class Cleaner:
         cache: RecordCache | None = None,
     ) -> None:
         """Kafka's ``cleanSegments``: one ``.cleaned`` segment for the group, then the swap."""
-        cleaned = _new_cleaned_segment(log, group[0].base_offset)
+        cleaned = new_cleaned_segment(log, group[0].base_offset)
         try:
             mtime_ns = write_group(
                 log.segments, group, cleaned, ctx, meta, stats, on_chunk, cache, self.throttler
             )
-            self._swap(log, cleaned, group, mtime_ns)
+            replace_group(log, cleaned, group, mtime_ns)
         except BaseException:
             if cleaned.temp_suffix == CLEANED_SUFFIX:
                 cleaned.delete()
             raise
 
-    @staticmethod
-    def _swap(
-        log: PartitionLog, cleaned: LogSegment, group: Sequence[LogSegment], mtime_ns: int
-    ) -> None:
-        """Replace the group; tail segments past the cleaned offsets get empty replacements."""
-        reach = max(cleaned.next_offset(), cleaned.base_offset + 1)
-        covered = [s for s in group if s.size == 0 or s.base_offset < reach]
-        rest = [s for s in group if not (s.size == 0 or s.base_offset < reach)]
-        log.replace_segments(cleaned, covered)
-        for seg in rest:
-            empty = _new_cleaned_segment(log, seg.base_offset)
-            try:
-                empty.on_become_inactive()
-                empty.set_last_modified(mtime_ns)
-                log.replace_segments(empty, [seg])
-            except BaseException:
-                if empty.temp_suffix == CLEANED_SUFFIX:
-                    empty.delete()
-                raise
 
-
-def _trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
+def trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
     """Before either pass: offsets rise across segments, and every ``.txnindex`` agrees with
     the ABORT markers; those that do not are rebuilt (``PartitionLog.check_txn_indexes``), so
     no cleaning takes an aborted transaction for committed. The plan does not depend on them
@@ -309,12 +288,3 @@ def _trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
     if problems:
         stats.txn_indexes_rebuilt += len({p.base_offset for p in problems})
         stats.txn_index_problems += tuple(str(p) for p in problems)
-
-
-def _new_cleaned_segment(log: PartitionLog, base_offset: int) -> LogSegment:
-    """An empty ``.cleaned`` segment, after removing a stale one an earlier failure left."""
-    for suffix in SEGMENT_SUFFIXES:
-        segment_file(log.directory, base_offset, suffix, CLEANED_SUFFIX).unlink(missing_ok=True)
-    return LogSegment.create(
-        log.directory, base_offset, log.config, temp_suffix=CLEANED_SUFFIX, created_ms=log.clock()
-    )

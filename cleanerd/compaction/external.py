@@ -15,13 +15,17 @@ the same order; they are here so that nothing of the cleaner's is copied:
   anywhere (a staging dir), and ``swap_group``: the swap of a finished one, empty
   replacements included.
 
-The caller holds the partition's writer lock from ``pass_groups`` to the last ``swap_group``.
+``trust_txn_indexes`` (the cleaner's check before a pass) and ``group_swap.replace_group`` are
+public in their modules. Like ``Cleaner.clean``, none of this holds the partition's writer lock
+across a pass: writers append to the active segment and roll meanwhile (the writer contract),
+which changes none of the inactive segments a pass reads; ``swap_group`` takes the lock for
+its swap (``PartitionLog.replace_segments``), which refuses segments that are not inactive any
+more.
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -29,13 +33,13 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction.batches import fold_producers, segments_between, transaction_verdicts
-from cleanerd.compaction.cleaner import Cleaner, CleanResult, _trust_txn_indexes, segment_sizes
+from cleanerd.compaction.cleaner import CleanResult, segment_sizes
 from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable
+from cleanerd.compaction.group_swap import replace_group
 from cleanerd.compaction.group_writer import add_segment_aborted
 from cleanerd.compaction.grouping import group_items
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
 from cleanerd.compaction.plan import CleaningPlan
-from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.compaction.topic_config import TopicCleanerConfig
@@ -48,6 +52,7 @@ from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.snapshot_files import oldest_snapshot_end
+from cleanerd.storage.txnindex import AbortedTxn
 
 Arr = npt.NDArray[Any]
 
@@ -68,11 +73,6 @@ class PassCleaner(Protocol):
 
 PassFactory = Callable[[Throttler], PassCleaner]
 """Makes the cleaner of a one-shot run from the run's byte-counting throttler."""
-
-
-def trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
-    """The cleaner's check of offsets and ``.txnindex`` files before a pass (may rebuild one)."""
-    _trust_txn_indexes(log, stats)
 
 
 def pass_groups(log: PartitionLog, end: int, upper: int) -> list[list[LogSegment]]:
@@ -122,20 +122,22 @@ def tombstone_floor(log: PartitionLog) -> int:
     return LONG_MAX if floor is None else floor
 
 
-TxnState = tuple[set[int], dict[int, Any], list[tuple[int, int, Any]]]
-"""A ``CleanedTransactionMetadata`` without its output index: picklable, for a remote task."""
+TxnState = tuple[set[int], dict[int, Any], list[AbortedTxn]]
+"""A ``CleanedTransactionMetadata`` without its output index (the ongoing transactions and the
+queued aborted ones, in order): picklable, for a remote task."""
 
 
 def _state(meta: CleanedTransactionMetadata) -> TxnState:
-    return copy.deepcopy((meta.ongoing_committed, meta.ongoing_aborted, meta._pending))
+    return copy.deepcopy((meta.ongoing_committed, meta.ongoing_aborted, meta.pending))
 
 
 def restore_state(state: TxnState) -> CleanedTransactionMetadata:
-    """The transaction state ``transaction_states`` captured, ready to go on from there."""
-    meta = CleanedTransactionMetadata()
+    """The transaction state ``transaction_states`` captured, ready to go on from there: the
+    queued transactions are queued again in their order, so they are consumed as they would
+    have been (equal first offsets in the order they were added, later ones after them)."""
     committed, aborted, pending = copy.deepcopy(state)
-    meta.ongoing_committed, meta.ongoing_aborted, meta._pending = committed, aborted, pending
-    meta._seq = itertools.count(max((seq for _, seq, _ in pending), default=-1) + 1)
+    meta = CleanedTransactionMetadata(pending)
+    meta.ongoing_committed, meta.ongoing_aborted = committed, aborted
     return meta
 
 
@@ -185,5 +187,6 @@ def winner_map(
 
 
 def swap_group(log: PartitionLog, cleaned: LogSegment, group: Sequence[LogSegment]) -> None:
-    """Swap a ``.cleaned`` segment of the log's dir in for ``group`` as ``Cleaner`` does."""
-    Cleaner._swap(log, cleaned, group, group[-1].log_path.stat().st_mtime_ns)
+    """Swap a ``.cleaned`` segment of the log's dir in for ``group`` as ``Cleaner`` does
+    (``group_swap.replace_group``, with the mtime of the group's last segment)."""
+    replace_group(log, cleaned, group, group[-1].log_path.stat().st_mtime_ns)

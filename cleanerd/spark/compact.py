@@ -7,13 +7,17 @@ prints, and both leave exactly the files ``cleanerd compact`` leaves (same ``--n
 settings, a dedupe buffer that holds the dirty range in one pass):
 
 * A (fits a task): one Spark task per partition runs the local engine on it
-  (``compact_directory``, which opens the log and takes its writer lock on the executor); no
-  shuffle. Only partitions whose range fits are given to A, so A cleans each in one pass.
+  (``compact_directory``, which opens the log on the executor); no shuffle. Only partitions
+  whose range fits are given to A, so A cleans each in one pass.
 * B (too big for a task): ``plan_b.SparkPass`` runs every pass of the one-shot sequence as a
-  distributed job, the driver holding the partition's writer lock throughout.
+  distributed job, the driver opening the log.
 
-The driver holds nothing else: the log dirs' ``.lock`` is the caller's (the CLI takes it as
-``cleanerd compact`` does).
+Either plan holds the partition's writer lock only as the local cleaner does, for each swap
+and brief reads: writers (the writer contract) append and roll while the job runs. A partition
+that fails is left as ``cleanerd compact`` leaves it: the index repairs its open made are
+undone when no ``.log`` changed (``storage.repairs``, on the executor for A, on the driver for
+B), and the error says whether the partition is as it was. The log dirs' ``.lock`` is the
+caller's (the CLI takes it as ``cleanerd compact`` does).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from cleanerd.storage.errors import StorageError
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.repairs import Repairs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -152,8 +157,10 @@ def compact_on_spark(
 
 
 def run_plan_a(spec: tuple[PartitionJob, Options]) -> tuple[CompactionSummary | None, str | None]:
-    """A plan A task (on an executor): the local engine on one partition."""
+    """A plan A task (on an executor): the local engine on one partition; on a failure the
+    repairs its open made are undone, as ``cleanerd compact`` undoes them."""
     job, options = spec
+    repairs = None if options.dry_run else Repairs(job.directory)
     try:
         summary = compact_directory(
             job.directory,
@@ -166,14 +173,21 @@ def run_plan_a(spec: tuple[PartitionJob, Options]) -> tuple[CompactionSummary | 
             roll_active=options.roll_active,
         )
     except FAILURES as e:
-        return None, str(e)
+        return None, _failed(e, repairs)
     return summary, None
 
 
+def _failed(e: BaseException, repairs: Repairs | None) -> str:
+    """A partition's error, with what its dir holds now (``cleanerd compact``'s words)."""
+    return f"{e} ({repairs.undo() if repairs is not None else 'nothing written'})"
+
+
 def run_plan_b(spark: SparkSession, job: PartitionJob, options: Options, out: Outcome) -> None:
-    """Plan B on the driver: the one-shot sequence with every pass a Spark job."""
+    """Plan B on the driver: the one-shot sequence with every pass a Spark job. The writer
+    lock is taken as the local cleaner takes it (each swap, brief reads), not for the job."""
     root = options.staging_dir or default_staging_root(job.directory.parent)
     passes: list[SparkPass] = []
+    repairs: Repairs | None = None
 
     def factory(io: Throttler) -> SparkPass:
         p = SparkPass(spark, root, io)
@@ -195,21 +209,21 @@ def run_plan_b(spark: SparkSession, job: PartitionJob, options: Options, out: Ou
                 passes=factory,
             )
         else:
+            repairs = Repairs(job.directory)
             log = PartitionLog(job.directory, job.log)
             try:
-                with log.writer_lock:  # the whole job: no roll or other swap meanwhile
-                    out.summary = compact_partition(
-                        log,
-                        job.cleaner,
-                        job.strategy,
-                        options.now_ms,
-                        roll_active=options.roll_active,
-                        passes=factory,
-                    )
+                out.summary = compact_partition(
+                    log,
+                    job.cleaner,
+                    job.strategy,
+                    options.now_ms,
+                    roll_active=options.roll_active,
+                    passes=factory,
+                )
             finally:
                 log.close()
     except FAILURES as e:
-        out.error = str(e)
+        out.error = _failed(e, repairs)
     finally:
         if options.dry_run:
             with contextlib.suppress(OSError):

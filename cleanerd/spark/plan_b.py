@@ -14,10 +14,19 @@ pass it would run locally (the settling pass, then the sweeps) and builds the sa
 4. driver, only after every task succeeded: each staged segment is renamed into the partition
    dir and swapped in by the swap protocol, in group order, then the cleaner checkpoint moves.
 
-A failed task fails the job before anything is swapped: the log is as it was.
+A failed task fails the job before anything is swapped: the log is as it was (the driver undoes
+the index repairs its open made, ``storage.repairs``).
 
-Test hook: the Spark conf ``spark.cleanerd.test.failWrite`` set to a group number makes that
-group's write task fail after it started writing (the failure test uses it; nothing else does).
+The partition's writer lock is held as ``Cleaner.clean`` holds it: for the ``.txnindex`` check
+and for each group's move into the partition dir and swap, not across the Spark stages. Writers
+append to the active segment and roll meanwhile (the writer contract); a pass reads only the
+inactive segments below its first uncleanable offset, which no writer changes, and the one-shot
+driver's target keeps its appends out of the passes, as for the local engine.
+
+Test hooks (the tests use them; nothing else does): the Spark conf ``spark.cleanerd.test.failWrite``
+set to a group number makes that group's write task fail after it started writing;
+``spark.cleanerd.test.holdWrite`` set to a directory makes every write task create
+``writing-<group>`` there and wait (at most ``HOLD_SECONDS``) until the file ``go`` exists.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from cleanerd.compaction.cleaner import CleanResult
+from cleanerd.compaction.cleaner import CleanResult, trust_txn_indexes
 from cleanerd.compaction.external import (
     TxnState,
     last_records,
@@ -42,7 +51,6 @@ from cleanerd.compaction.external import (
     swap_group,
     tombstone_floor,
     transaction_states,
-    trust_txn_indexes,
     winner_map,
 )
 from cleanerd.compaction.group_writer import write_group
@@ -64,6 +72,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 FAIL_WRITE_CONF = "spark.cleanerd.test.failWrite"
+HOLD_WRITE_CONF = "spark.cleanerd.test.holdWrite"
+HOLD_SECONDS = 120.0
 STATS_FILE = "stats.json"
 COUNTERS = tuple(
     f.name
@@ -93,9 +103,12 @@ class WriteJob:
     created_ms: int
     fail_group: int | None = None
     tombstones_kept_from: int = LONG_MAX  # the oldest snapshot's end (external.tombstone_floor)
+    hold: str | None = None  # test hook: HOLD_WRITE_CONF's directory
 
     def write(self, group: int, hashes: Any, offsets: Any, versions: Any, has: Any) -> None:
         """Filter group ``group`` into its staging dir, with its counters (``STATS_FILE``)."""
+        if self.hold is not None:
+            _hold(Path(self.hold), group)
         segments = self.segments.open()
         members = [segments[i] for i in self.segments.groups[group]]
         omap = winner_map(self.strategy, hashes, offsets, versions, has, self.latest_offset)
@@ -180,8 +193,7 @@ class SparkPass:
             stats.index_done()
             stats.all_done()
             return CleanResult(start, stats)
-        with log.writer_lock:
-            return self._clean(log, start, upper, config, strategy, now_ms, stats)
+        return self._clean(log, start, upper, config, strategy, now_ms, stats)
 
     def _clean(
         self,
@@ -209,6 +221,7 @@ class SparkPass:
         states = tuple(transaction_states(segments, groups))
         producers = last_records(log, config, now_ms)
         fail = self.spark.conf.get(FAIL_WRITE_CONF, None)
+        hold = self.spark.conf.get(HOLD_WRITE_CONF, None)
         name = f"{log.topic_partition}"
         with job_dir(self.staging_root, log.directory.parent, name) as staging:
             job = WriteJob(
@@ -224,6 +237,7 @@ class SparkPass:
                 created_ms=log.clock(),
                 fail_group=int(fail) if fail not in (None, "") else None,
                 tombstones_kept_from=tombstone_floor(log),
+                hold=hold or None,
             )
             times.prepare = time.monotonic() - t0
             results = self._run(
@@ -232,15 +246,18 @@ class SparkPass:
             t0 = time.monotonic()
             for g, group in enumerate(groups):
                 base = group[0].base_offset
-                move_into(staging / f"group-{g:06d}", log.directory, base, CLEANED_SUFFIX)
-                cleaned = LogSegment(
-                    log.directory,
-                    base,
-                    log.config,
-                    temp_suffix=CLEANED_SUFFIX,
-                    created_ms=job.created_ms,
-                )
-                swap_group(log, cleaned, group)
+                # as the local cleaner's swap: a writer opening the log meanwhile would take a
+                # .cleaned file for a crashed cleaning's and remove it
+                with log.writer_lock:
+                    move_into(staging / f"group-{g:06d}", log.directory, base, CLEANED_SUFFIX)
+                    cleaned = LogSegment(
+                        log.directory,
+                        base,
+                        log.config,
+                        temp_suffix=CLEANED_SUFFIX,
+                        created_ms=job.created_ms,
+                    )
+                    swap_group(log, cleaned, group)
             update_offset_checkpoint(
                 log.directory.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: upper}
             )
@@ -300,6 +317,14 @@ class SparkPass:
                 f"{name}: plan B wrote no segment for groups {missing}; nothing swapped"
             )
         return [json.loads(path.read_text()) for path in done]
+
+
+def _hold(gate: Path, group: int) -> None:
+    """``HOLD_WRITE_CONF``'s hook: say the write task started, wait for the test's ``go``."""
+    (gate / f"writing-{group}").touch()
+    deadline = time.monotonic() + HOLD_SECONDS
+    while not (gate / "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _first_line(e: BaseException) -> str:

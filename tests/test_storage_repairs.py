@@ -1,0 +1,93 @@
+"""``storage.repairs``: a failed cleaning undoes the index repairs of the partition's open.
+
+``cleanerd compact`` and Spark's plans A and B take a ``Repairs`` before opening the partition
+and call ``undo`` after a failure. Here the failures are simulated on a small log: what opening
+repaired goes back byte for byte, unless a swap changed the partition; an append by a writer
+meanwhile keeps the writer's files and still puts the older segments' indexes back.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cleanerd.format.records import Record
+from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.repairs import Repairs
+
+CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=64)
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def make(tmp_path: Path, segments: int = 3) -> Path:
+    """A partition of ``segments`` inactive segments and an empty active one."""
+    part = tmp_path / "t-0"
+    log = PartitionLog.create(part, CONFIG)
+    for _ in range(segments):
+        for i in range(20):
+            log.append([Record(0, 1000 + i, f"k{i % 7}".encode(), b"v" * 50)])
+        log.roll()
+    log.close()
+    return part
+
+
+def damage_first_indexes(part: Path) -> Path:
+    first = sorted(part.glob("*.log"))[0]
+    for suffix in (".index", ".timeindex"):
+        first.with_suffix(suffix).unlink()
+    return first
+
+
+def reopen(part: Path) -> PartitionLog:
+    log = PartitionLog(part, CONFIG)
+    assert log.report.rebuilt_indexes  # the open repaired the first segment
+    return log
+
+
+def test_the_repairs_of_an_open_go_back_byte_for_byte(tmp_path: Path) -> None:
+    part = make(tmp_path)
+    first = damage_first_indexes(part)
+    before = files(part)
+    repairs = Repairs(part)
+    reopen(part).close()
+    assert first.with_suffix(".index").exists()
+
+    assert repairs.undo() == "partition left as it was"
+    assert files(part) == before
+
+
+def test_after_a_swap_nothing_goes_back_and_the_message_says_so(tmp_path: Path) -> None:
+    part = make(tmp_path)
+    first = damage_first_indexes(part)
+    repairs = Repairs(part)
+    reopen(part).close()
+    second = sorted(part.glob("*.log"))[1]
+    second.rename(second.with_name(second.name + ".deleted"))  # as a swap leaves it
+
+    said = repairs.undo()
+    assert said.startswith("partition changed before the failure: ")
+    assert second.name in said
+    assert first.with_suffix(".index").exists()  # the log changed: the repair stays
+
+
+def test_a_writers_append_meanwhile_stays_and_the_older_indexes_go_back(tmp_path: Path) -> None:
+    part = make(tmp_path)
+    damage_first_indexes(part)
+    active = sorted(part.glob("*.log"))[-1]
+    older = {n: b for n, b in files(part).items() if not n.startswith(active.stem)}
+    repairs = Repairs(part)
+    log = reopen(part)
+    info = log.append([Record(0, 5000, b"late", b"value")])  # a writer's, under its lock
+    log.close()
+
+    said = repairs.undo()
+    assert said.startswith("partition changed before the failure: ")
+    assert active.name in said
+    now = files(part)
+    assert {n: b for n, b in now.items() if not n.startswith(active.stem)} == older
+    log = PartitionLog(part, CONFIG)
+    assert [r.key for r in log.records(info.first_offset)] == [b"late"]
+    log.close()
