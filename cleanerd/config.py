@@ -23,8 +23,10 @@ from pydantic import field_validator as validates
 from cleanerd.config_sources import (
     DAEMON_DEFAULTS,
     DEFAULT,
+    SPARK_CONF_PREFIX,
     Sourced,
     env_name,
+    is_spark_conf,
     join_listen,
     parse_listen,
     read_sources,
@@ -41,10 +43,14 @@ __all__ = [
     "changed_settings",
     "env_name",
     "load_config",
+    "restart_only",
 ]
 
-RESTART_SETTINGS = frozenset({"log.dirs", "cleanerd.http.listen", "cleanerd.log.format"})
-"""Settings a SIGHUP cannot change: the daemon keeps the old value and says so."""
+RESTART_SETTINGS = frozenset(
+    {"log.dirs", "cleanerd.http.listen", "cleanerd.log.format", "cleanerd.engine.spark.master"}
+)
+"""Settings a SIGHUP cannot change: the daemon keeps the old value and says so (and every
+``cleanerd.engine.spark.conf.*``: the Spark session is built once; see ``restart_only``)."""
 MIB = 1 << 20
 
 
@@ -97,6 +103,10 @@ class CleanerdConfig(BaseModel):
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     shutdown_timeout_ms: int = Field(default=20_000, gt=0)
+    spark_master: str | None = None  # None: every partition is cleaned by the local engine
+    spark_min_partition_bytes: int = Field(default=10_737_418_240, ge=1)
+    spark_task_budget_bytes: int = Field(default=134_217_728, gt=MIB)
+    spark_conf: dict[str, str] = Field(default_factory=dict)  # cleanerd.engine.spark.conf.*
     topic_defaults: dict[str, TopicValue] = Field(default_factory=dict)  # Kafka topic names
     topics: tuple[tuple[str, dict[str, TopicValue]], ...] = ()  # [topics."glob"], file order
     _resolved: dict[str, TopicSettings] = PrivateAttr(default_factory=dict)
@@ -127,10 +137,18 @@ class CleanerdConfig(BaseModel):
     def _lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @validates("admin_token", mode="before")
+    @validates("admin_token", "spark_master", mode="before")
     @classmethod
-    def _token(cls, value: object) -> object:
-        return value or None
+    def _empty_is_none(cls, value: object) -> object:
+        return (value.strip() if isinstance(value, str) else value) or None
+
+    @validates("spark_conf", mode="before")
+    @classmethod
+    def _conf_text(cls, value: object) -> object:
+        """Spark conf values are strings (``4g``, ``true``); TOML may give numbers or booleans."""
+        if not isinstance(value, dict):
+            return value
+        return {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in value.items()}
 
     @validates("dedupe_buffer_size")
     @classmethod
@@ -192,9 +210,17 @@ FIELDS = {
     "cleanerd.log.format": "log_format",
     "cleanerd.log.level": "log_level",
     "cleanerd.shutdown.timeout.ms": "shutdown_timeout_ms",
+    "cleanerd.engine.spark.master": "spark_master",
+    "cleanerd.engine.spark.min.partition.bytes": "spark_min_partition_bytes",
+    "cleanerd.engine.spark.task.budget.bytes": "spark_task_budget_bytes",
 }
 LISTEN = "cleanerd.http.listen"
 SECRET = "cleanerd.admin.token"
+
+
+def restart_only(name: str) -> bool:
+    """A setting a SIGHUP cannot change (``RESTART_SETTINGS`` and the Spark conf)."""
+    return name in RESTART_SETTINGS or is_spark_conf(name)
 
 
 @dataclass(frozen=True)
@@ -238,6 +264,7 @@ def _daemon_values(config: CleanerdConfig) -> dict[str, object]:
         else:
             value = getattr(config, FIELDS[name])
             out[name] = "unlimited" if value is None and "bytes.per" in name else value
+    out.update({SPARK_CONF_PREFIX + key: value for key, value in config.spark_conf.items()})
     return out
 
 
@@ -276,6 +303,9 @@ def load_config(
             data["http_host"], data["http_port"] = parse_listen(str(given.value))
         except ValueError as e:
             problems.append(ConfigProblem(name, given.value, given.source, str(e)))
+    spark_conf = {n: v for n, v in values.items() if is_spark_conf(n)}
+    data["spark_conf"] = {n.removeprefix(SPARK_CONF_PREFIX): v.value for n, v in spark_conf.items()}
+    origins.update({n: v.source for n, v in spark_conf.items()})
     config = None
     try:
         config = CleanerdConfig.model_validate(data)

@@ -43,8 +43,15 @@ DAEMON_DEFAULTS: dict[str, object] = {
     "cleanerd.log.format": "auto",
     "cleanerd.log.level": "info",
     "cleanerd.shutdown.timeout.ms": 20_000,
+    "cleanerd.engine.spark.master": "",
+    "cleanerd.engine.spark.min.partition.bytes": 10_737_418_240,
+    "cleanerd.engine.spark.task.budget.bytes": 134_217_728,
 }
 """Daemon settings and their defaults, as they would be written in a file."""
+
+SPARK_CONF_PREFIX = "cleanerd.engine.spark.conf."
+"""Settings named ``cleanerd.engine.spark.conf.<spark key>`` pass ``<spark key>`` to the daemon's
+Spark session (a prefix, like Kafka's ``listener.name.*``: in TOML a table of quoted keys)."""
 
 TIME_SYNONYMS: dict[str, tuple[str, int]] = {
     "log.roll.hours": ("log.roll.ms", 3_600_000),
@@ -79,6 +86,11 @@ class Findings:
 
     problems: list[tuple[str, object, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+
+def is_spark_conf(name: str) -> bool:
+    """A Spark conf passthrough name (``cleanerd.engine.spark.conf.spark.executor.memory``)."""
+    return name.startswith(SPARK_CONF_PREFIX) and len(name) > len(SPARK_CONF_PREFIX)
 
 
 def env_name(name: str) -> str:
@@ -180,7 +192,7 @@ class FlatSource(PydanticBaseSettingsSource):
 
     def put(self, name: str, value: object, source: str, *, strict: bool = True) -> None:
         """Keep a top-level setting, or report it unknown (an error, or a note if not strict)."""
-        if name in KNOWN:
+        if name in KNOWN or is_spark_conf(name):
             self.values[name] = Sourced(value, source)
         elif strict:
             self.findings.problems.append((name, value, source, suggest(name)))
@@ -264,6 +276,11 @@ class EnvSource(FlatSource):
                 bare = {n.removeprefix("CLEANERD_") for n in ENV_NAMES}
                 rule = suggest(var.removeprefix("CLEANERD_"), bare)
                 rule = rule.replace("setting", "variable").replace("mean ", "mean CLEANERD_")
+                if var.startswith(env_name(SPARK_CONF_PREFIX)):
+                    rule = (
+                        "Spark conf keys have dots, which variable names cannot carry: set it "
+                        f"in the config file or with --set {SPARK_CONF_PREFIX}KEY=VALUE"
+                    )
                 self.findings.problems.append((var, self.env[var], label, rule))
 
 

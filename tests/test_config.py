@@ -17,6 +17,7 @@ from cleanerd.config import (
     LoadedConfig,
     changed_settings,
     load_config,
+    restart_only,
 )
 from cleanerd.config_sources import (
     DAEMON_DEFAULTS,
@@ -25,6 +26,8 @@ from cleanerd.config_sources import (
     parse_properties,
 )
 from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS
+
+MIB = 1 << 20
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config" / "cleanerd.toml"
@@ -484,7 +487,12 @@ def test_changed_settings(tmp_path: Path) -> None:
         'topics."orders-*".segment.ms',
         'topics."new".segment.ms',
     ]
-    assert sorted(RESTART_SETTINGS) == ["cleanerd.http.listen", "cleanerd.log.format", "log.dirs"]
+    assert sorted(RESTART_SETTINGS) == [
+        "cleanerd.engine.spark.master",
+        "cleanerd.http.listen",
+        "cleanerd.log.format",
+        "log.dirs",
+    ]
 
 
 def test_show_lists_every_setting_with_its_source(tmp_path: Path) -> None:
@@ -513,3 +521,45 @@ def test_example_config_loads() -> None:
     for name in (*DAEMON_DEFAULTS, *BROKER_TOPIC_DEFAULTS):
         assert name in shown
         assert name in text
+
+
+def test_spark_engine_settings_and_conf_passthrough(tmp_path: Path) -> None:
+    """``cleanerd.engine.spark.conf.<key>`` passes ``<key>`` on, from a TOML table (values as
+    Spark's strings), a properties file or ``--set``; the master's empty default means off."""
+    assert load(tmp_path).config.spark_master is None
+    toml = (
+        '[cleanerd.engine.spark]\nmaster = "local[2]"\nmin.partition.bytes = 5000\n'
+        '[cleanerd.engine.spark.conf]\n"spark.executor.memory" = "4g"\n'
+        '"spark.sql.shuffle.partitions" = 4\n"spark.ui.enabled" = false\n'
+    )
+    props = "cleanerd.engine.spark.conf.spark.executor.cores=2\n"
+    sets = {"cleanerd.engine.spark.conf.spark.executor.memory": "8g"}
+    loaded = load(tmp_path, toml, props=props, sets=sets)
+    c = loaded.config
+    assert (c.spark_master, c.spark_min_partition_bytes) == ("local[2]", 5000)
+    assert c.spark_task_budget_bytes == 128 * MIB
+    assert c.spark_conf == {
+        "spark.executor.memory": "8g",  # the command line wins
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        "spark.executor.cores": "2",
+    }
+    shown = {name: (value, source) for name, value, source in loaded.show()}
+    assert shown["cleanerd.engine.spark.conf.spark.executor.memory"] == ("8g", "command line")
+    assert shown["cleanerd.engine.spark.conf.spark.executor.cores"][1].startswith("kafka-prop")
+    assert restart_only("cleanerd.engine.spark.conf.spark.executor.memory")
+    assert not restart_only("cleanerd.engine.spark.min.partition.bytes")
+
+
+def test_spark_engine_problems(tmp_path: Path) -> None:
+    env = {"CLEANERD_ENGINE_SPARK_CONF_SPARK_EXECUTOR_MEMORY": "4g"}
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, env=env, sets={"cleanerd.engine.spark.task.budget.bytes": "1000"})
+    lines = [p.line() for p in e.value.problems]
+    assert any(
+        "CLEANERD_ENGINE_SPARK_CONF_SPARK_EXECUTOR_MEMORY" in x and "--set" in x for x in lines
+    )
+    assert any("cleanerd.engine.spark.task.budget.bytes" in x and "1048576" in x for x in lines)
+    with pytest.raises(ConfigError) as e:
+        load(tmp_path, sets={"cleanerd.engine.spark.conf.": "x"})  # no Spark key after the prefix
+    assert "unknown setting" in e.value.problems[0].line()

@@ -78,3 +78,27 @@ def test_compare_reload_keeps_every_restart_only_setting(tmp_path: Path) -> None
     assert c.backoff_ms == 5
     # nothing left to restart for: comparing the live config with itself finds no change
     assert compare_reload(live, live)[1:] == ([], [])
+
+
+def test_spark_master_and_conf_need_a_restart_thresholds_do_not(tmp_path: Path) -> None:
+    """The daemon's Spark session is built once: a new master or conf waits for a restart,
+    ``min.partition.bytes`` applies at the next grab."""
+    config = tmp_path / "c.toml"
+    base = f'"log.dirs" = "{tmp_path / "a"}"\n"cleanerd.engine.spark.master" = "local[1]"\n'
+    config.write_text(base + '"cleanerd.engine.spark.conf.spark.executor.memory" = "1g"\n')
+    running = load_config(config_file=config, env={})
+    config.write_text(
+        base.replace("local[1]", "local[2]")
+        + '"cleanerd.engine.spark.conf.spark.executor.memory" = "2g"\n'
+        + '"cleanerd.engine.spark.min.partition.bytes" = 77\n'
+    )
+    live, changed, restart = compare_reload(running, load_config(config_file=config, env={}))
+    assert restart == [
+        "cleanerd.engine.spark.conf.spark.executor.memory",
+        "cleanerd.engine.spark.master",
+    ]
+    assert changed == ["cleanerd.engine.spark.min.partition.bytes"]
+    c = live.config
+    assert (c.spark_master, c.spark_conf) == ("local[1]", {"spark.executor.memory": "1g"})
+    assert c.spark_min_partition_bytes == 77
+    assert compare_reload(live, live)[1:] == ([], [])

@@ -6,6 +6,7 @@ is injected, so backoffs and lags are exact.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -444,10 +445,37 @@ def test_clean_outcome_from_a_job_result() -> None:
         stats: CleanerStats
         end_offset: int
         seconds: float
+        engine: str = "local"
         segments_deleted: int = 0
 
     stats = CleanerStats(clock=lambda: 0.0)
     assert CleanOutcome.from_job(Job(stats, 40, 1.5)) == CleanOutcome(stats, 40, 1.5)
+    assert CleanOutcome.from_job(Job(stats, 40, 1.5, "spark")).engine == "spark"
+
+
+def test_spark_cleanings_and_failures_are_counted_apart(one: CleanerManager) -> None:
+    """A cleaning the daemon handed to Spark counts in both totals, and says so per partition."""
+    tp = _tp("t")
+    _grab(one)
+    one.failed(tp, "executor lost", engine="spark")
+    one.request_clean(tp)
+    _refresh(one)
+    _grab(one)
+    one.done(tp, dataclasses.replace(_outcome(), engine="spark"))
+    totals = one.totals
+    assert (totals.cleanings, totals.spark_cleanings) == (1, 1)
+    assert (totals.failures, totals.spark_failures) == (1, 1)
+    status = one.status(tp)
+    assert status is not None
+    assert status.last_clean_engine == "spark"
+    _refresh(one)
+    one.request_clean(tp)
+    _grab(one)
+    one.done(tp, _outcome())
+    assert (one.totals.cleanings, one.totals.spark_cleanings) == (2, 1)
+    status = one.status(tp)
+    assert status is not None
+    assert status.last_clean_engine == "local"
 
 
 # --- survey failures: logged, counted, retried like failed cleanings -----------------------------

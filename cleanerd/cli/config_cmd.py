@@ -20,9 +20,10 @@ from rich.text import Text
 
 from cleanerd.cli.options import format_option
 from cleanerd.cli.tables import table_console
-from cleanerd.config import ConfigError, LoadedConfig, load_config
+from cleanerd.config import ConfigError, ConfigProblem, LoadedConfig, load_config
 from cleanerd.config_sources import topic_key
 from cleanerd.config_warnings import config_warnings
+from cleanerd.spark import SparkMissingError, require_pyspark
 from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -79,6 +80,19 @@ def load_from_options(
         fail_invalid(e)
 
 
+def check_engine(loaded: LoadedConfig) -> None:
+    """With ``cleanerd.engine.spark.master`` set, the spark extra must be installed: found at
+    start (exit 2, as any invalid config), not at the first big partition."""
+    master = loaded.config.spark_master
+    if master is None:
+        return
+    try:
+        require_pyspark()
+    except SparkMissingError as e:
+        name = "cleanerd.engine.spark.master"
+        fail_invalid(ConfigError((ConfigProblem(name, master, loaded.origins[name], str(e)),)))
+
+
 def fail_invalid(error: ConfigError) -> NoReturn:
     """Report an invalid config (also errors found after loading, such as conflicting topic
     tables): one ``error:`` line per problem on stderr, exit 2."""
@@ -107,6 +121,7 @@ def check(config_file: Path | None, kafka_properties: Path | None, sets: tuple[s
     network without cleanerd.admin.token.
     """
     loaded = load_from_options(config_file, kafka_properties, sets)
+    check_engine(loaded)
     click.echo("config ok")
     for note in loaded.notes:
         click.echo(f"note: {note}")

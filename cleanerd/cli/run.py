@@ -30,7 +30,7 @@ from pathlib import Path
 import click
 
 from cleanerd.cli import early_stop
-from cleanerd.cli.config_cmd import config_options, load_from_options, parse_sets
+from cleanerd.cli.config_cmd import check_engine, config_options, load_from_options, parse_sets
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.config_sources import join_listen
 from cleanerd.service.daemon import Daemon, StartupError
@@ -48,6 +48,7 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
     127.0.0.1:9404). SIGTERM/SIGINT: stop; SIGHUP: reload the config.
     """
     loaded = load_from_options(config_file, kafka_properties, sets)
+    check_engine(loaded)
     configure_logging(loaded.config.log_format, loaded.config.log_level)
     for note in loaded.notes:
         click.echo(f"note: {note}", err=True)

@@ -35,11 +35,12 @@ class Grab:
     requested: bool = False  # chosen because of an admin clean request
 
 
-def add_clean(totals: CleaningTotals, stats: CleanerStats) -> CleaningTotals:
-    """The daemon's totals after one more successful clean."""
+def add_clean(totals: CleaningTotals, stats: CleanerStats, *, spark: bool) -> CleaningTotals:
+    """The daemon's totals after one more successful clean (``spark``: done by Spark)."""
     return dataclasses.replace(
         totals,
         cleanings=totals.cleanings + 1,
+        spark_cleanings=totals.spark_cleanings + spark,
         bytes_read=totals.bytes_read + stats.bytes_read,
         bytes_written=totals.bytes_written + stats.bytes_written,
         records_removed=totals.records_removed + stats.records_removed,
@@ -58,6 +59,8 @@ class _Job(Protocol):
     def end_offset(self) -> int: ...
     @property
     def seconds(self) -> float: ...
+    @property
+    def engine(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +70,12 @@ class CleanOutcome:
     stats: CleanerStats
     end_offset: int  # the new cleaner checkpoint (first dirty offset of the next clean)
     seconds: float  # wall time of the clean
+    engine: str = "local"  # or "spark": the daemon handed the partition to Spark
 
     @classmethod
     def from_job(cls, job: _Job) -> CleanOutcome:
-        """From anything carrying ``stats``, ``end_offset`` and ``seconds`` (a job result)."""
-        return cls(job.stats, job.end_offset, job.seconds)
+        """From anything carrying ``stats``, ``end_offset``, ``seconds`` and ``engine``."""
+        return cls(job.stats, job.end_offset, job.seconds, job.engine)
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,23 +257,27 @@ class CleanerManager(Upkeep):
         """A successful clean: history, totals, and no more failures or uncleanable mark."""
         st = self._let_go(tp)
         now = self._clock()
-        self.totals = add_clean(self.totals, result.stats)
+        self.totals = add_clean(self.totals, result.stats, spark=result.engine == "spark")
         self.last_success_ms = now
         if st is None:
             return
         st.cleanings += 1
         st.last_clean_ms, st.last_clean_seconds = now, result.seconds
+        st.last_clean_engine = result.engine
         st.first_dirty_offset = result.end_offset
         st.failures, st.retry_at_ms, st.last_error = 0, None, None
         self.failures.clean_ok(tp)
         st.uncleanable = self.failures.uncleanable(tp)
 
-    def failed(self, tp: TopicPartition, error: str) -> dict[str, Any]:
+    def failed(self, tp: TopicPartition, error: str, *, engine: str = "local") -> dict[str, Any]:
         """A failed clean: retry after ``backoff * 2**(failures-1)`` (capped), and after
         ``cleanerd.retry.attempts`` retries mark it uncleanable until its files change or
         resume. Returns what happens next (failures, retry_in_ms or uncleanable) for the log."""
         st = self._let_go(tp)
-        self.totals = dataclasses.replace(self.totals, failures=self.totals.failures + 1)
+        t = self.totals
+        self.totals = dataclasses.replace(
+            t, failures=t.failures + 1, spark_failures=t.spark_failures + (engine == "spark")
+        )
         if st is None:
             return {}
         outcome = self.failures.clean_failed(st, error, self._clock())

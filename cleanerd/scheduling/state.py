@@ -51,6 +51,7 @@ class PartitionStatus:
     cleanings: int = 0
     last_clean_ms: int | None = None  # wall clock at the end of the last successful cleaning
     last_clean_seconds: float | None = None
+    last_clean_engine: str | None = None  # "local" or "spark"
     last_error: str | None = None
     failures: int = 0  # consecutive failed attempts; 0 after a success
     retry_at_ms: int | None = None  # no new attempt before this (exponential backoff)
@@ -77,6 +78,8 @@ class CleaningTotals:
 
     cleanings: int = 0  # successful cleanings
     failures: int = 0
+    spark_cleanings: int = 0  # of those, the ones the daemon handed to Spark
+    spark_failures: int = 0
     bytes_read: int = 0
     bytes_written: int = 0
     records_removed: int = 0

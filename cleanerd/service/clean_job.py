@@ -37,6 +37,8 @@ class JobResult:
     seconds: float
     segments_deleted: int = 0
     bytes_deleted: int = 0
+    engine: str = "local"  # or "spark" (service.spark_engine)
+    plan: str | None = None  # a Spark cleaning's plan, A or B
 
 
 class CleanerSlot:
@@ -77,10 +79,7 @@ def run_clean(
         p, result = clean_once(
             log, cleaner, settings.cleaner, settings.strategy, now_ms, abort_check
         )
-        deleted = bytes_deleted = 0
-        if settings.cleaner.delete:
-            r = delete_old_segments(log, settings.retention, now_ms)
-            deleted, bytes_deleted = r.segments_deleted, r.bytes_deleted
+        deleted, bytes_deleted = _retention(log, settings, now_ms)
     return JobResult(
         stats=result.stats,
         first_dirty_offset=p.first_dirty_offset,
@@ -89,6 +88,23 @@ def run_clean(
         segments_deleted=deleted,
         bytes_deleted=bytes_deleted,
     )
+
+
+def _retention(log: PartitionLog, settings: TopicSettings, now_ms: int) -> tuple[int, int]:
+    """Kafka's deleteOldSegments after a cleaning of a ``compact,delete`` topic: (segments,
+    bytes) deleted."""
+    if not settings.cleaner.delete:
+        return 0, 0
+    r = delete_old_segments(log, settings.retention, now_ms)
+    return r.segments_deleted, r.bytes_deleted
+
+
+def apply_retention(directory: Path, settings: TopicSettings, now_ms: int) -> tuple[int, int]:
+    """``_retention`` on the partition in ``directory`` (after a Spark cleaning)."""
+    if not settings.cleaner.delete:
+        return 0, 0
+    with open_log(directory, settings.log) as log:
+        return _retention(log, settings, now_ms)
 
 
 def roll_if_idle(directory: Path, settings: TopicSettings, now_ms: int) -> bool:

@@ -42,6 +42,7 @@ from cleanerd.service.maintenance import Maintenance
 from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.reload import compare_reload
 from cleanerd.service.snapshot import DaemonSnapshot
+from cleanerd.service.spark_engine import SparkEngine
 from cleanerd.service.systemd import SystemdNotifier
 from cleanerd.service.workers import PoolSettings, WorkerPool, supervised
 from cleanerd.storage.logdir import LogDir
@@ -101,6 +102,7 @@ class Daemon:
         self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort)
         self.metrics = DaemonMetrics(self.snapshot)
         self.maintenance = Maintenance(self.manager, clock_ms)
+        self.spark = SparkEngine.of(c)  # None: every partition is cleaned locally
         self.pool: WorkerPool | None = None
         self.http: HttpServer | None = None
         self.ready = False
@@ -134,6 +136,7 @@ class Daemon:
                 PoolSettings.of(self.loaded.config),
                 clock_ms=self.clock_ms,
                 on_cleaned=self._cleaned,
+                spark=self.spark,
             )
             self.pool.resize(self.pool.settings.threads)
             self._manager_task = asyncio.create_task(self._manager_loop(), name="manager")
@@ -248,6 +251,8 @@ class Daemon:
             with contextlib.suppress(BaseException):
                 await self._manager_task
         finished = await self.pool.stop(timeout) if self.pool is not None else True
+        if self.spark is not None:
+            await self.spark.stop(timeout)
         if finished:
             log.info("stopped", cleanings=self._totals().cleanings)
             return
@@ -316,6 +321,8 @@ class Daemon:
             retry=_retry(new),
         )
         self.loaded = new
+        if self.spark is not None:
+            self.spark.configure(c)
         if self.pool is not None:
             threads = PoolSettings.of(new.config)
             self.pool.settings = dataclasses.replace(threads, threads=self.pool.settings.threads)

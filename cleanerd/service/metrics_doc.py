@@ -159,6 +159,26 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc(
+        "cleanerd_spark_cleanings_total",
+        "counter",
+        "Successful cleanings done by Spark (cleanerd.engine.spark.*); also counted in"
+        " cleanerd_cleanings_total.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_spark_failures_total",
+        "counter",
+        "Failed Spark cleanings (retried like local ones); also counted in"
+        " cleanerd_failures_total.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_spark_jobs_running",
+        "gauge",
+        "Workers running a Spark cleaning now (its progress is in /status).",
+        "",
+    ),
+    MetricDoc(
         "cleanerd_bytes_read_total",
         "counter",
         "Bytes read by cleanings (including the recopied clean prefix).",

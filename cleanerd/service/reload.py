@@ -1,16 +1,23 @@
 """What a SIGHUP changes: the new config's run-time settings, compared with what the daemon runs.
 
-Restart-only settings (``RESTART_SETTINGS``: log dirs, the HTTP address, the log format) keep
-their running values across a reload. So the config the daemon holds after a reload is the new
-file's with those values put back, and the next reload compares with that, not with the last
-file read: an HTTP port changed and then put back as it was is no change, needs no restart.
+Restart-only settings (``restart_only``: log dirs, the HTTP address, the log format, the Spark
+master and conf) keep their running values across a reload. So the config the daemon holds after
+a reload is the new file's with those values put back, and the next reload compares with that,
+not with the last file read: an HTTP port changed and then put back as it was is no change.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from cleanerd.config import FIELDS, LISTEN, RESTART_SETTINGS, LoadedConfig, changed_settings
+from cleanerd.config import (
+    FIELDS,
+    LISTEN,
+    RESTART_SETTINGS,
+    LoadedConfig,
+    changed_settings,
+    restart_only,
+)
 
 _LISTEN_FIELDS = ("http_host", "http_port")
 
@@ -21,7 +28,7 @@ def _restart_fields() -> list[str]:
         field
         for name in sorted(RESTART_SETTINGS)
         for field in (_LISTEN_FIELDS if name == LISTEN else (FIELDS[name],))
-    ]
+    ] + ["spark_conf"]
 
 
 def keep_restart_settings(running: LoadedConfig, new: LoadedConfig) -> LoadedConfig:
@@ -29,8 +36,8 @@ def keep_restart_settings(running: LoadedConfig, new: LoadedConfig) -> LoadedCon
     config = new.config.model_copy(
         update={field: getattr(running.config, field) for field in _restart_fields()}
     )
-    origins = {n: o for n, o in new.origins.items() if n not in RESTART_SETTINGS}
-    origins.update({n: o for n, o in running.origins.items() if n in RESTART_SETTINGS})
+    origins = {n: o for n, o in new.origins.items() if not restart_only(n)}
+    origins.update({n: o for n, o in running.origins.items() if restart_only(n)})
     return dataclasses.replace(new, config=config, origins=origins)
 
 
@@ -39,6 +46,6 @@ def compare_reload(
 ) -> tuple[LoadedConfig, list[str], list[str]]:
     """(the config to run with, run-time settings changed, restart-only settings changed)."""
     changed = changed_settings(running, new)
-    restart = sorted(name for name in changed if name in RESTART_SETTINGS)
-    applied = [name for name in changed if name not in RESTART_SETTINGS]
+    restart = sorted(name for name in changed if restart_only(name))
+    applied = [name for name in changed if not restart_only(name)]
     return keep_restart_settings(running, new), applied, restart

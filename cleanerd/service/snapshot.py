@@ -22,6 +22,8 @@ class WorkerStatus:
     worker_id: int
     alive: bool = True
     partition: str | None = None  # the partition it is cleaning now
+    engine: str | None = None  # what cleans it: "local" or "spark"
+    spark_job: dict[str, Any] | None = None  # a Spark cleaning's progress (daemon_job.JobProgress)
     last_buffer_utilization: float = 0.0
     last_bytes_read: int = 0
     last_bytes_written: int = 0

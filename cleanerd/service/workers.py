@@ -36,6 +36,7 @@ from cleanerd.service.clean_job import CleanerSlot, JobResult, run_clean
 from cleanerd.service.logging import get_logger
 from cleanerd.service.snapshot import WorkerStatus
 from cleanerd.service.snapshot_job import run_snapshot
+from cleanerd.service.spark_engine import SparkEngine
 
 log = get_logger("cleanerd.worker")
 
@@ -73,8 +74,10 @@ class WorkerPool:
         *,
         clock_ms: Callable[[], int],
         on_cleaned: Callable[[JobResult], None],
+        spark: SparkEngine | None = None,
     ) -> None:
         self.manager = manager
+        self.spark = spark  # big partitions go to Spark (service.spark_engine)
         self.budget = budget
         self.throttler = throttler
         self.settings = settings
@@ -167,48 +170,74 @@ class WorkerPool:
 
     async def _clean(self, wid: int, slot: CleanerSlot, grab: Grab) -> None:
         tp = grab.tp
-        bound = log.bind(partition=str(tp), worker=wid, run_id=uuid.uuid4().hex[:12])
-        self._set(wid, partition=str(tp), last_max_compaction_delay_ms=grab.max_compaction_delay_ms)
-        settings = self.settings
+        spark = self.spark is not None and self.spark.takes(grab)
+        engine = "spark" if spark else "local"
+        bound = log.bind(partition=str(tp), worker=wid, run_id=uuid.uuid4().hex[:12], engine=engine)
+        self._set(
+            wid,
+            partition=str(tp),
+            engine=engine,
+            last_max_compaction_delay_ms=grab.max_compaction_delay_ms,
+        )
         try:
-            async with self.budget.lease(grab.map_bytes) as granted:
+            if self.spark is not None and spark:
                 if self.stopping or self.manager.should_abort(tp):
                     raise CleaningAbortedError(str(tp))
-                job = asyncio.ensure_future(
-                    asyncio.to_thread(
-                        run_clean,
-                        grab.directory,
-                        grab.settings,
-                        slot,
-                        map_bytes=granted,
-                        load_factor=settings.load_factor,
-                        throttler=self.throttler,
-                        now_ms=self.clock_ms(),
-                        abort_check=lambda: self.stopping or self.manager.should_abort(tp),
-                    )
+                result = await self.spark.clean(
+                    grab,
+                    self.clock_ms(),
+                    abort=lambda: self.stopping or self.manager.should_abort(tp),
+                    on_progress=lambda progress: self._set(wid, spark_job=progress),
                 )
-                try:
-                    result = await asyncio.shield(job)
-                except asyncio.CancelledError:
-                    # shutdown: the abort check stops the thread at its next batch boundary
-                    error = await _job_error(job)
-                    self.manager.aborted(tp)
-                    if error is None:
-                        bound.info("cleaning aborted", reason="shutdown")
-                    else:
-                        _log_failure(bound, "cleaning failed while aborted", error, grab)
-                    raise
+            else:
+                result = await self._clean_locally(slot, grab, bound)
         except CleaningAbortedError:
             self.manager.aborted(tp)
             bound.info("cleaning aborted", reason="stopping" if self.stopping else "paused")
+        except asyncio.CancelledError:
+            if spark:  # a local cleaning said so already (_clean_locally)
+                self.manager.aborted(tp)
+                bound.info("cleaning aborted", reason="shutdown")
+            raise
         except Exception as e:
-            outcome = self.manager.failed(tp, _message(e))
+            outcome = self.manager.failed(tp, _message(e), engine=engine)
             _log_failure(bound, "cleaning failed", e, grab, **outcome)
         else:
             self._done(wid, grab, result, bound)
         finally:
-            self._set(wid, partition=None)
+            self._set(wid, partition=None, engine=None, spark_job=None)
             self.cleanings_ended += 1
+
+    async def _clean_locally(self, slot: CleanerSlot, grab: Grab, bound: Any) -> JobResult:
+        """Lease map memory and run ``run_clean`` in a thread; on shutdown, wait for it."""
+        tp, settings = grab.tp, self.settings
+        async with self.budget.lease(grab.map_bytes) as granted:
+            if self.stopping or self.manager.should_abort(tp):
+                raise CleaningAbortedError(str(tp))
+            job = asyncio.ensure_future(
+                asyncio.to_thread(
+                    run_clean,
+                    grab.directory,
+                    grab.settings,
+                    slot,
+                    map_bytes=granted,
+                    load_factor=settings.load_factor,
+                    throttler=self.throttler,
+                    now_ms=self.clock_ms(),
+                    abort_check=lambda: self.stopping or self.manager.should_abort(tp),
+                )
+            )
+            try:
+                return await asyncio.shield(job)
+            except asyncio.CancelledError:
+                # shutdown: the abort check stops the thread at its next batch boundary
+                error = await _job_error(job)
+                self.manager.aborted(tp)
+                if error is None:
+                    bound.info("cleaning aborted", reason="shutdown")
+                else:
+                    _log_failure(bound, "cleaning failed while aborted", error, grab)
+                raise
 
     async def _snapshot(self, wid: int, grab: SnapshotGrab) -> None:
         """A snapshot job: lease map memory, run ``run_snapshot`` in a thread, count it."""
@@ -263,7 +292,10 @@ class WorkerPool:
         )
         self.on_cleaned(result)
         fields = stats.summary(grab.tp, result.first_dirty_offset, result.end_offset)
-        fields["map_bytes"] = grab.map_bytes
+        if result.plan is None:
+            fields["map_bytes"] = grab.map_bytes
+        else:
+            fields["plan"] = result.plan
         if result.segments_deleted:
             fields["retention_segments_deleted"] = result.segments_deleted
         bound.info("log cleaned", **fields)
