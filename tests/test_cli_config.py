@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli.config_cmd import config_group, config_options, load_from_options
+from cleanerd.spark import SparkMissingError
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "config" / "cleanerd.toml"
@@ -197,3 +198,25 @@ def test_show_text_keeps_bracketed_sources_and_values(tmp_path: Path) -> None:
     assert line.split()[1:3] == ["50", '[topics."orders-*"]']
     assert f"(file {conf})" in line
     assert str(logs) in out
+
+
+def test_check_refuses_a_spark_master_without_the_spark_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cleanerd.engine.spark.master`` needs pyspark: found by ``config check`` (and ``run``,
+    which calls the same check) at once, exit 2, not at the first big partition."""
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run("check", "--set", "cleanerd.engine.spark.master=local[2]")
+    assert (code, out.splitlines()[0]) == (0, "config ok")  # pyspark is installed here
+
+    def missing() -> None:
+        raise SparkMissingError("the Spark engine needs the spark extra: pip install ...")
+
+    monkeypatch.setattr("cleanerd.cli.config_cmd.require_pyspark", missing)
+    code, out, err = run("check", "--set", "cleanerd.engine.spark.master=local[2]")
+    assert code == 2
+    assert "config ok" not in out
+    assert "cleanerd.engine.spark.master" in err
+    assert "command line" in err
+    assert "pip install" in err
+    assert run("check")[0] == 0  # no master: no Spark needed
