@@ -398,3 +398,46 @@ def test_pushdown_accepts_only_what_it_applies_exactly() -> None:
     assert bounds.offset_max == 99
     assert bounds.wants_partition(3)
     assert not bounds.wants_partition(2)
+
+
+def test_columns_declared_never_null_hold_no_null(logdir: Path) -> None:
+    """Spark skips the null check of a column its schema says is never null (and reads
+    whatever the buffer holds): every batch of every kind of record must agree."""
+    from cleanerd.spark.segment_read import RangeStats, read_range  # noqa: PLC0415
+
+    options = parse_options({"path": str(logdir)})
+    bounds = options.bounds()
+    never_null = [f.name for f in ARROW_SCHEMA if not f.nullable]
+    assert "offset" in never_null
+    assert "key" not in never_null
+    rows = headers = 0
+    for r in plan(logdir, bounds, max_bytes=16_384, committed=False):
+        for batch in read_range(r, options.spec(bounds), RangeStats()):
+            batch.validate(full=True)
+            rows += batch.num_rows
+            assert [n for n in never_null if batch.column(n).null_count] == []
+            flat = batch.column("headers").flatten()
+            headers += len(flat)
+            assert flat.null_count == 0
+            assert flat.field("key").null_count == 0
+    assert rows > 2000
+    assert headers > 1000
+
+
+def test_names_column_mixes_names_and_nulls() -> None:
+    import numpy as np  # noqa: PLC0415
+
+    from cleanerd.format.control import ControlType  # noqa: PLC0415
+    from cleanerd.spark import columns  # noqa: PLC0415
+
+    ts = columns.names_column(columns._TIMESTAMP_TYPE_TABLE, np.array([1, 0, 1], np.int8))
+    assert ts.to_pylist() == ["LogAppendTime", "CreateTime", "LogAppendTime"]
+    assert ts.buffers()[0] is None  # no validity bitmap without nulls
+    commit, abort = (
+        columns.CONTROL_CODE[ControlType.COMMIT],
+        columns.CONTROL_CODE[ControlType.ABORT],
+    )
+    codes = np.array([0, commit, 0, abort], np.int8)
+    control = columns.names_column(columns._CONTROL_TYPE_TABLE, codes)
+    assert control.to_pylist() == [None, "COMMIT", None, "ABORT"]
+    assert columns.names_column(columns._CONTROL_TYPE_TABLE, np.zeros(3, np.int8)).null_count == 3

@@ -23,33 +23,37 @@ from cleanerd.format.reader import I64, U8
 
 Arr = npt.NDArray[Any]
 
-HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADER_TYPE = pa.struct(
+    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
+)
+_NULLABLE = frozenset({"timestamp", "key", "value", "control_type"})
 ARROW_SCHEMA = pa.schema(
     [
-        pa.field("topic", pa.string()),
-        pa.field("partition", pa.int32()),
-        pa.field("offset", pa.int64()),
-        pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("timestamp_type", pa.string()),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("headers", pa.list_(pa.field("element", HEADER_TYPE))),
-        pa.field("producer_id", pa.int64()),
-        pa.field("producer_epoch", pa.int16()),
-        pa.field("sequence", pa.int32()),
-        pa.field("transactional", pa.bool_()),
-        pa.field("is_control", pa.bool_()),
-        pa.field("control_type", pa.string()),
-        pa.field("leader_epoch", pa.int32()),
-        pa.field("segment", pa.int64()),
-        pa.field("record_bytes", pa.int32()),
+        pa.field(name, typ, nullable=name in _NULLABLE)
+        for name, typ in [
+            ("topic", pa.string()),
+            ("partition", pa.int32()),
+            ("offset", pa.int64()),
+            ("timestamp", pa.timestamp("us", tz="UTC")),
+            ("timestamp_type", pa.string()),
+            ("key", pa.binary()),
+            ("value", pa.binary()),
+            ("headers", pa.list_(pa.field("element", HEADER_TYPE, nullable=False))),
+            ("producer_id", pa.int64()),
+            ("producer_epoch", pa.int16()),
+            ("sequence", pa.int32()),
+            ("transactional", pa.bool_()),
+            ("is_control", pa.bool_()),
+            ("control_type", pa.string()),
+            ("leader_epoch", pa.int32()),
+            ("segment", pa.int64()),
+            ("record_bytes", pa.int32()),
+        ]
     ]
 )
 """The columns of a ``kafka-log`` read, in order."""
 
-_TIMESTAMP_TYPES = pa.array(["CreateTime", "LogAppendTime"])
 _CONTROL_NAMES = [None, *(t.name for t in ControlType)]
-_CONTROL_TYPES = pa.array(_CONTROL_NAMES, pa.string())
 CONTROL_CODE = {t: i + 1 for i, t in enumerate(ControlType)}
 """Index into the control type names per ControlType (0: not a control record)."""
 
@@ -164,6 +168,28 @@ def headers_column(buf: U8, records: I64) -> Any:
     )
 
 
+def _names(names: list[str | None]) -> tuple[U8, I64, I64]:
+    """A small table of names as (bytes, position, length per code); None has length -1."""
+    raw = [b"" if n is None else n.encode() for n in names]
+    lens = np.array([-1 if n is None else len(r) for n, r in zip(names, raw, strict=True)])
+    pos = np.zeros(len(raw), dtype=np.int64)
+    np.cumsum([len(r) for r in raw[:-1]], out=pos[1:])
+    return np.frombuffer(b"".join(raw), dtype=np.uint8), pos, lens.astype(np.int64)
+
+
+_TIMESTAMP_TYPE_TABLE = _names(["CreateTime", "LogAppendTime"])
+_CONTROL_TYPE_TABLE = _names(_CONTROL_NAMES)
+
+
+def names_column(table: tuple[U8, I64, I64], codes: Arr) -> Any:
+    """A string column of one name per row, ``codes`` indexing ``table`` (see ``_names``):
+    the bytes gathered by the kernel, no Arrow take and no validity bitmap without nulls."""
+    buf, pos, lens = table
+    if len(codes) and lens[0] < 0 and not codes.any():  # every row null (data records)
+        return pa.nulls(len(codes), pa.string())
+    return binary_column(buf, pos[codes], lens[codes], pa.string())
+
+
 def _sequences(base_seq: I64, base_offsets: I64, offsets: I64) -> I64:
     """Each record's sequence: baseSequence + offset delta, wrapping past 2^31 - 1 to 0."""
     if not (base_seq >= 0).any():
@@ -210,7 +236,7 @@ def record_batch(
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
         _timestamps(np.ascontiguousarray(records[:, k.R_TIMESTAMP])),
-        _TIMESTAMP_TYPES.take(pa.array(((attrs & ATTR_TIMESTAMP_TYPE) != 0).astype(np.int8))),
+        names_column(_TIMESTAMP_TYPE_TABLE, ((attrs & ATTR_TIMESTAMP_TYPE) != 0).view(np.int8)),
         binary_column(payload, records[:, k.R_KEY_POS], records[:, k.R_KEY_LEN]),
         binary_column(payload, records[:, k.R_VALUE_POS], value_lens)
         if values
@@ -221,7 +247,7 @@ def record_batch(
         pa.array(seq.astype(np.int32), pa.int32()),
         pa.array((attrs & ATTR_TRANSACTIONAL) != 0, pa.bool_()),
         pa.array((attrs & ATTR_CONTROL) != 0, pa.bool_()),
-        _CONTROL_TYPES.take(pa.array(control_codes.astype(np.int32))),
+        names_column(_CONTROL_TYPE_TABLE, control_codes),
         pa.array(per_batch(k.B_LEADER_EPOCH).astype(np.int32), pa.int32()),
         pa.repeat(pa.scalar(segment, pa.int64()), n),
         pa.array(records[:, k.R_SIZE].astype(np.int32), pa.int32()),
