@@ -87,16 +87,11 @@ def _spark_worker(d: DaemonProcess) -> dict[str, Any] | None:
     return next((w for w in d.status()["workers"] if w["engine"] == "spark"), None)
 
 
-def _running_job(d: DaemonProcess) -> bool:
-    """A worker's Spark cleaning has started its first Spark job."""
-    worker = _spark_worker(d)
-    return worker is not None and (worker["spark_job"] or {}).get("jobs", 0) >= 1
-
-
-def test_big_partition_by_spark_small_one_locally(tmp_path: Path) -> None:
+def test_big_partition_by_spark_small_one_locally_pause_and_resume(tmp_path: Path) -> None:
     logdir = tmp_path / "logs"
     _gen(logdir, "big", BIG_RECORDS, 2000, 300_000)
     _gen(logdir, "small", 2000, 200, 30_000)
+    before, records = _logs_digest(logdir / "big-0"), _records(logdir / "big-0")
     # the local engine's answer, from a copy compacted the same way before the daemon starts
     reference = tmp_path / "reference"
     shutil.copytree(logdir / "big-0", reference / "big-0")
@@ -109,62 +104,47 @@ def test_big_partition_by_spark_small_one_locally(tmp_path: Path) -> None:
     )
     progress: list[dict[str, Any]] = []
 
-    def cleaned_both() -> bool:
+    def running() -> bool:
+        """A worker's Spark cleaning has started its first Spark job (and /status says so)."""
         worker = _spark_worker(d)
         if worker is not None and worker["spark_job"] is not None:
             progress.append(worker["spark_job"])
-        samples = d.scrape()
-        return sample_value(samples, "cleanerd_cleanings_total") >= 2 and (
-            sample_value(samples, "cleanerd_spark_cleanings_total") >= 1
-        )
+        return bool(progress) and progress[-1]["jobs"] >= 1
 
     with DaemonProcess(_config(tmp_path, logdir), tmp_path) as d:
-        poll_until(cleaned_both, timeout=180, interval=0.1, what="both partitions cleaned")
-        samples = d.scrape()
-        big, small = _partition(d, "big-0"), _partition(d, "small-0")
-        d.signal(signal.SIGTERM)
-        assert d.wait(60) == 0
-    assert sample_value(samples, "cleanerd_spark_cleanings_total") == 1
-    assert sample_value(samples, "cleanerd_spark_failures_total") == 0
-    assert (big["last_clean_engine"], small["last_clean_engine"]) == ("spark", "local")
-    # /status showed the Spark job while it ran: plan B, its jobs and their tasks
-    assert progress, "no Spark progress seen in /status"
-    assert {p["plan"] for p in progress} == {"B"}
-    assert max(p["jobs"] for p in progress) >= 1
-    assert max(p["tasks_total"] for p in progress) >= 1
-    cleaned = {line["partition"]: line for line in d.logs() if line["event"] == "log cleaned"}
-    assert (cleaned["big-0"]["engine"], cleaned["big-0"]["plan"]) == ("spark", "B")
-    assert cleaned["small-0"]["engine"] == "local"
-    assert _records(logdir / "big-0") == _records(reference / "big-0")
-    assert len(_records(logdir / "big-0")) < BIG_RECORDS // 5
-
-
-def test_pause_cancels_the_spark_job_and_resume_cleans(tmp_path: Path) -> None:
-    logdir = tmp_path / "logs"
-    _gen(logdir, "big", BIG_RECORDS, 2000, 300_000)
-    before = _logs_digest(logdir / "big-0")
-    records = _records(logdir / "big-0")
-    with DaemonProcess(_config(tmp_path, logdir, log_cleaner_threads=1), tmp_path) as d:
-        poll_until(lambda: _running_job(d), timeout=120, interval=0.05, what="a running Spark job")
-        status, _ = d.post("/partitions/big/0/pause")
-        assert status == 200
+        # a pause during the Spark job cancels it: paused, nothing swapped in
+        poll_until(running, timeout=120, interval=0.05, what="a running Spark job")
+        assert d.post("/partitions/big/0/pause")[0] == 200
         poll_until(lambda: _partition(d, "big-0")["state"] == "paused", timeout=60, what="paused")
         assert _spark_worker(d) is None
         assert sample_value(d.scrape(), "cleanerd_spark_cleanings_total") == 0
-        # nothing was swapped in: the records are as they were (a cancelled plan B stages only)
-        assert _records(logdir / "big-0") == records
+        assert _records(logdir / "big-0") == records  # a cancelled plan B only staged
         assert _logs_digest(logdir / "big-0") == before
-        status, _ = d.post("/partitions/big/0/resume")
-        assert status == 200
+        # resumed, it is cleaned by Spark; the small partition was cleaned locally meanwhile
+        assert d.post("/partitions/big/0/resume")[0] == 200
         poll_until(
             lambda: sample_value(d.scrape(), "cleanerd_spark_cleanings_total") >= 1,
             timeout=180,
             what="the Spark cleaning after resume",
         )
+        samples = d.scrape()
+        big, small = _partition(d, "big-0"), _partition(d, "small-0")
         d.signal(signal.SIGTERM)
         assert d.wait(60) == 0
-    aborted = [line for line in d.logs() if line["event"] == "cleaning aborted"]
+    assert sample_value(samples, "cleanerd_cleanings_total") == 2
+    assert sample_value(samples, "cleanerd_spark_cleanings_total") == 1
+    assert sample_value(samples, "cleanerd_spark_failures_total") == 0
+    assert (big["last_clean_engine"], small["last_clean_engine"]) == ("spark", "local")
+    # /status showed the Spark job while it ran: plan B, its jobs and their tasks
+    assert {p["plan"] for p in progress} == {"B"}
+    assert max(p["tasks_total"] for p in progress) >= 1
+    logs = d.logs()
+    aborted = [line for line in logs if line["event"] == "cleaning aborted"]
     assert [(line["engine"], line["reason"]) for line in aborted] == [("spark", "paused")]
+    cleaned = {line["partition"]: line for line in logs if line["event"] == "log cleaned"}
+    assert (cleaned["big-0"]["engine"], cleaned["big-0"]["plan"]) == ("spark", "B")
+    assert cleaned["small-0"]["engine"] == "local"
+    assert _records(logdir / "big-0") == _records(reference / "big-0")
     assert len(_records(logdir / "big-0")) < BIG_RECORDS // 5
 
 
