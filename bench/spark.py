@@ -9,9 +9,11 @@ at the start and the end, commit); progress on stderr.
 records from a Parquet copy (the ratio is the figure: kafka-log seconds / Parquet seconds, the
 aim is 2 or less). Data (``cleanerd gen``'s generator, cached in ``--out``): one partition of
 ``--read-records`` records per codec of ``--codecs``, a tenth as many keys, 100-byte values,
-5 % tombstones, 100 records per batch, Kafka's default 1 GiB segments (so the task split comes
-from ``max_segment_bytes_per_task``, ``--task-bytes``). The Parquet copy is written once by
-Spark from a ``kafka-log`` read (every column). Queries:
+5 % tombstones, 100 records per batch, Kafka's default 1 GiB segments, so the task split comes
+from ``max_segment_bytes_per_task`` (``--task-bytes``): by default the rule Spark applies to the
+Parquet copy's files (``split_bytes``: the bytes over the default parallelism, at most 128 MiB),
+so both sides run as many tasks. The Parquet copy is written once by Spark from a ``kafka-log``
+read (every column). Queries:
 
 - ``count``: ``df.count()``. Parquet answers it from its footers' row counts without reading a
   row; a Python data source cannot (Spark 4.x gives it no column pruning and no aggregate
@@ -23,7 +25,10 @@ Spark from a ``kafka-log`` read (every column). Queries:
 
 Each query runs once untimed on each side (JVM, Python workers, numba kernels), then
 ``--repeat`` rounds, kafka-log and Parquet in turn, so load from other processes falls on both;
-the JSON has every time, the medians, the bests and ``ratio`` (of the medians).
+the JSON has every time, the medians, the bests and ``ratio`` (of the medians). On Linux each
+run's CPU seconds (the JVM and its Python workers, from /proc) are taken too, and
+``cpu_ratio`` compares their medians: on a machine shared with other jobs the wall times
+mostly count waiting for a core, the CPU seconds what the query cost.
 
 ``compact``: the local one-shot engine (what ``cleanerd compact`` runs) against
 ``compact_on_spark``: ``--partitions`` partitions of ``--partition-records`` records in plan A,
@@ -108,22 +113,57 @@ def queries(df: Any) -> dict[str, Callable[[], object]]:
     }
 
 
-def _timed(run: Callable[[], object]) -> float:
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _tree_cpu() -> float | None:
+    """CPU seconds of this process's descendants (the JVM, the Python workers; workers that
+    exited count in their reaper's ``cutime``), from /proc; None elsewhere."""
+    try:
+        stats = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                try:
+                    with open(f"/proc/{entry.name}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+                stats[int(entry.name)] = (int(fields[1]), ticks)
+    except OSError:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    total, stack = 0, list(children.get(os.getpid(), []))
+    while stack:
+        pid = stack.pop()
+        total += stats[pid][1]
+        stack.extend(children.get(pid, []))
+    return total / _TICK
+
+
+def _timed(run: Callable[[], object]) -> tuple[float, float | None]:
+    """Wall seconds of ``run``, and the CPU seconds Spark's processes spent meanwhile."""
+    cpu = _tree_cpu()
     started = time.perf_counter()
     run()
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = _tree_cpu()
+    return wall, None if cpu is None or after is None else after - cpu
 
 
 def compare(kafka: Callable[[], object], parquet: Callable[[], object], repeat: int) -> Any:
     """Both queries once untimed, then ``repeat`` rounds of each in turn."""
     kafka()
     parquet()
-    k_times, p_times = [], []
+    k_runs, p_runs = [], []
     for _ in range(repeat):
-        k_times.append(_timed(kafka))
-        p_times.append(_timed(parquet))
+        k_runs.append(_timed(kafka))
+        p_runs.append(_timed(parquet))
+    k_times, p_times = [w for w, _ in k_runs], [w for w, _ in p_runs]
     k_med, p_med = statistics.median(k_times), statistics.median(p_times)
-    return {
+    figures = {
         "kafka_log_s": [round(t, 3) for t in k_times],
         "parquet_s": [round(t, 3) for t in p_times],
         "kafka_log_median_s": round(k_med, 3),
@@ -131,13 +171,22 @@ def compare(kafka: Callable[[], object], parquet: Callable[[], object], repeat: 
         "ratio": round(k_med / p_med, 2),
         "ratio_best": round(min(k_times) / min(p_times), 2),
     }
+    k_cpu = [c for _, c in k_runs if c is not None]
+    p_cpu = [c for _, c in p_runs if c is not None]
+    if k_cpu and p_cpu and statistics.median(p_cpu) > 0:
+        figures["kafka_log_cpu_median_s"] = round(statistics.median(k_cpu), 3)
+        figures["parquet_cpu_median_s"] = round(statistics.median(p_cpu), 3)
+        figures["cpu_ratio"] = round(statistics.median(k_cpu) / statistics.median(p_cpu), 2)
+    return figures
 
 
 def bench_read(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {}
+    cores = spark.sparkContext.defaultParallelism
     for codec in args.codecs.split(","):
         logdir = read_data(args.out, args.read_records, codec)
-        source = read_log(spark, str(logdir), max_segment_bytes_per_task=args.task_bytes)
+        task_bytes = args.task_bytes or split_bytes(_size(logdir), cores)
+        source = read_log(spark, str(logdir), max_segment_bytes_per_task=task_bytes)
         parquet_dir = logdir.parent / "parquet"
         if not (parquet_dir / "_SUCCESS").exists():
             source.write.mode("overwrite").parquet(str(parquet_dir))
@@ -147,7 +196,7 @@ def bench_read(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
             read_log(
                 spark,
                 str(logdir),
-                max_segment_bytes_per_task=args.task_bytes,
+                max_segment_bytes_per_task=task_bytes,
                 include_values=False,
             )
         )
@@ -156,7 +205,11 @@ def bench_read(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
             "count_key_only": key_only["count"],
             "group_by_key_key_only": key_only["group_by_key"],
         }
-        per_codec: dict[str, Any] = {"rows": rows, "segment_bytes": _size(logdir)}
+        per_codec: dict[str, Any] = {
+            "rows": rows,
+            "segment_bytes": _size(logdir),
+            "task_bytes": task_bytes,
+        }
         for name, run in runs.items():
             figures = compare(run, parquet[name.removesuffix("_key_only")], args.repeat)
             figures["kafka_log_rows_per_s"] = round(rows / figures["kafka_log_median_s"])
@@ -164,18 +217,26 @@ def bench_read(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
             per_codec[name] = figures
             log(
                 f"{codec} {name}: kafka-log {figures['kafka_log_median_s']:.2f}s, "
-                f"parquet {figures['parquet_median_s']:.2f}s, ratio {figures['ratio']}"
+                f"parquet {figures['parquet_median_s']:.2f}s, ratio {figures['ratio']} "
+                f"(CPU ratio {figures.get('cpu_ratio')})"
             )
         results[codec] = per_codec
     return {
         "params": {
             "records": args.read_records,
             "codecs": args.codecs,
-            "task_bytes": args.task_bytes,
+            "task_bytes": args.task_bytes or "auto",
+            "default_parallelism": cores,
             "repeat": args.repeat,
         },
         "results": results,
     }
+
+
+def split_bytes(total: int, cores: int) -> int:
+    """Spark's split size for file sources (``FilePartition.maxSplitBytes`` with its defaults,
+    128 MiB and a 4 MiB open cost), applied to the log: what Spark does for the Parquet copy."""
+    return min(128 << 20, max(4 << 20, -(-total // max(cores, 1))))
 
 
 def _size(logdir: Path) -> int:
@@ -338,7 +399,12 @@ def parse_args() -> argparse.Namespace:
     read.add_argument("--read-records", type=int, default=1_000_000)
     read.add_argument("--codecs", default="none,lz4")
     read.add_argument("--repeat", type=int, default=5, help="timed rounds per query")
-    read.add_argument("--task-bytes", type=int, default=32 * 1024 * 1024)
+    read.add_argument(
+        "--task-bytes",
+        type=int,
+        default=0,
+        help="max_segment_bytes_per_task [0: Spark's split rule for files, see split_bytes]",
+    )
     compact = ap.add_argument_group("compact")
     compact.add_argument("--partitions", type=int, default=100)
     compact.add_argument("--partition-records", type=int, default=100_000)

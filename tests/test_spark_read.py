@@ -441,3 +441,31 @@ def test_names_column_mixes_names_and_nulls() -> None:
     control = columns.names_column(columns._CONTROL_TYPE_TABLE, codes)
     assert control.to_pylist() == [None, "COMMIT", None, "ABORT"]
     assert columns.names_column(columns._CONTROL_TYPE_TABLE, np.zeros(3, np.int8)).null_count == 3
+
+
+def test_a_cut_segment_gives_ranges_of_about_equal_size(logdir: Path) -> None:
+    """Cut at the index position nearest each 1/n mark: no small leftover range (a stage's
+    tasks then take about as long each; cut every 12,000 bytes, a 29,000-byte segment left
+    one of 5,000)."""
+    by_segment: dict[str, list[int]] = {}
+    for r in plan(logdir, Bounds(), max_bytes=12_000, committed=False):
+        by_segment.setdefault(r.path, []).append(r.size)
+    cut = [sizes for sizes in by_segment.values() if len(sizes) > 1]
+    assert cut
+    for sizes in cut:
+        assert min(sizes) >= 0.7 * max(sizes), sizes
+        assert max(sizes) <= 12_000 + 1_500, sizes  # index entries about 1,000 bytes apart
+
+
+def test_min_tasks_cuts_big_segments_for_the_cores(logdir: Path) -> None:
+    from cleanerd.spark.planning import MIN_TASK_BYTES, split_bytes  # noqa: PLC0415
+
+    assert split_bytes(100 << 20, 4, 128 << 20) == 25 << 20
+    assert split_bytes(100 << 20, 4, 16 << 20) == 16 << 20  # never above max_segment_bytes
+    assert split_bytes(1 << 20, 8, 128 << 20) == MIN_TASK_BYTES  # nor below 4 MiB
+    assert parse_options({"path": "/x"}).min_tasks == 1
+    assert parse_options({"path": "/x", "min_tasks": "8"}).min_tasks == 8
+    with pytest.raises(OptionError, match="min_tasks"):
+        parse_options({"path": "/x", "min_tasks": "0"})
+    whole = plan(logdir, Bounds(), max_bytes=2**40, committed=False)
+    assert plan(logdir, Bounds(), max_bytes=2**40, committed=False, min_tasks=2) == whole

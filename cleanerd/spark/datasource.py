@@ -138,6 +138,7 @@ class KafkaLogReader(DataSourceReader):
             self.bounds,
             max_bytes=self.options.max_segment_bytes_per_task,
             committed=self.options.committed,
+            min_tasks=self.options.min_tasks,
         )
         return [RangePartition(r) for r in ranges]
 

@@ -31,6 +31,7 @@ OPTION_NAMES = (
     "isolation",
     "include_values",
     "max_segment_bytes_per_task",
+    "min_tasks",
     "skip_corrupt",
     "starting_offsets",
 )
@@ -50,6 +51,7 @@ class ReadOptions:
     committed: bool = False
     include_values: bool = True
     max_segment_bytes_per_task: int = DEFAULT_MAX_SEGMENT_BYTES_PER_TASK
+    min_tasks: int = 1
     skip_corrupt: bool = False
     starting_offsets: str = "earliest"
 
@@ -106,6 +108,13 @@ def _size(name: str, value: str) -> int:
     return size
 
 
+def _count(name: str, value: str) -> int:
+    text = value.strip()
+    if not text.isdigit() or int(text) < 1:
+        raise OptionError(f"option {name}={value!r}: expected a whole number of at least 1")
+    return int(text)
+
+
 def parse_options(options: Mapping[str, str]) -> ReadOptions:
     """Check and parse the options of a ``kafka-log`` read (keys case-insensitive)."""
     opts = {key.lower(): str(value) for key, value in options.items()}
@@ -137,6 +146,7 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
             "max_segment_bytes_per_task",
             opts.get("max_segment_bytes_per_task", str(DEFAULT_MAX_SEGMENT_BYTES_PER_TASK)),
         ),
+        min_tasks=_count("min_tasks", opts.get("min_tasks", "1")),
         skip_corrupt=_bool("skip_corrupt", opts.get("skip_corrupt", "false")),
         starting_offsets=starting,
     )
@@ -156,11 +166,25 @@ def read_log(
     """``spark.read.format("kafka-log").load(path)`` with ``options`` (checked here first).
 
     With ``metrics`` (a :class:`~cleanerd.spark.metrics.ReadMetrics`), the read's tasks add
-    the bytes they read and the corrupt bytes they skipped to its accumulators.
+    the bytes they read and the corrupt bytes they skipped to its accumulators. Without a
+    ``min_tasks`` option, the session's default parallelism is used (its cores, in local mode).
     """
     from cleanerd.spark.datasource import source_for  # noqa: PLC0415 (pyspark loads on use)
 
     texts = {key: _option_text(value) for key, value in options.items()}
+    if "min_tasks" not in {key.lower() for key in texts}:
+        cores = _default_parallelism(spark)
+        if cores is not None:
+            texts["min_tasks"] = str(cores)
     parse_options({**texts, "path": str(path)})
     name = source_for(spark, metrics)
     return spark.read.format(name).options(**texts).load(str(path))
+
+
+def _default_parallelism(spark: SparkSession) -> int | None:
+    """The session's default parallelism, or None where it has no SparkContext (Connect)."""
+    try:
+        cores = int(spark.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect's session has no SparkContext; it raises its own types
+        return None
+    return cores if cores > 0 else None
