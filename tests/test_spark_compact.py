@@ -30,7 +30,7 @@ from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot
 from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
-from cleanerd.spark.plan_b import FAIL_WRITE_CONF, HOLD_WRITE_CONF
+from cleanerd.spark.plan_b import FAIL_WRITE_CONF, HOLD_WRITE_CONF, SMALL_PASS_CONF
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.workload import WorkloadSpec, generate
@@ -139,7 +139,12 @@ def test_plans_a_and_b_match_the_local_engine_byte_for_byte(
     want = compact_locally(local, jobs)
 
     got_a = compact_on_spark(spark, relocated(jobs, plan_a), Options(NOW, LOCAL_MAP))
-    got_b = compact_on_spark(spark, relocated(jobs, plan_b), Options(NOW, TINY))
+    # the settling pass through the shuffle, the sweeps (one dirty record) without one
+    spark.conf.set(SMALL_PASS_CONF, "1")
+    try:
+        got_b = compact_on_spark(spark, relocated(jobs, plan_b), Options(NOW, TINY))
+    finally:
+        spark.conf.unset(SMALL_PASS_CONF)
 
     assert [o.plan for o in got_a] == [Plan.A] * len(jobs)
     assert [o.plan for o in got_b] == [Plan.B] * len(jobs)
@@ -156,8 +161,9 @@ def test_plans_a_and_b_match_the_local_engine_byte_for_byte(
 
 
 # --- a failed plan B job changes nothing -------------------------------------------------------
+@pytest.mark.parametrize("small", ["1", "4096"])  # winners by a shuffle, or collected
 def test_a_failed_write_task_leaves_the_log_as_it_was_and_a_rerun_succeeds(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, small: str
 ) -> None:
     spec: dict[str, Any] = {
         "records": 2000,
@@ -173,10 +179,12 @@ def test_a_failed_write_task_leaves_the_log_as_it_was_and_a_rerun_succeeds(
     before = tree(logdir)
 
     spark.conf.set(FAIL_WRITE_CONF, "1")
+    spark.conf.set(SMALL_PASS_CONF, small)
     try:
         (failed,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
     finally:
         spark.conf.unset(FAIL_WRITE_CONF)
+        spark.conf.unset(SMALL_PASS_CONF)
     assert failed.plan is Plan.B
     assert failed.summary is None
     assert failed.error is not None
@@ -371,3 +379,44 @@ def test_plan_b_keeps_the_tombstones_a_snapshot_needs_as_the_local_engine_does(
     kept.close()
     assert tombstones  # some stayed: all of them at or past the snapshot's end
     assert min(tombstones) >= half.sid.end_offset
+
+
+# --- a partition whose plan cannot be chosen fails alone ---------------------------------------
+def test_a_partition_whose_plan_cannot_be_chosen_fails_alone_and_the_others_are_compacted(
+    spark: Any, tmp_path: Path
+) -> None:
+    """``choose`` fails for a partition dir that is gone and for the partitions of a log dir
+    whose ``cleaner-offset-checkpoint`` is corrupt: those get the error as their outcome and are
+    left as they were; the partitions of another log dir are compacted as ``cleanerd compact``
+    compacts them."""
+    spec: dict[str, Any] = {"records": 600, "keys": 40, "records_per_batch": 10}
+    spec |= {"tombstone_ratio": 0.2, "segment_bytes": 8_000}
+    good = make_log(tmp_path, "good", partitions=2, **spec)
+    bad = make_log(tmp_path, "bad", partitions=1, **spec)
+    (bad / "cleaner-offset-checkpoint").write_text("0\n1\nnot a checkpoint line\n")
+    local = on_copy(good, "local")
+    good_jobs = jobs_of(good, "offset", 0, spec["segment_bytes"])
+    compact_locally(local, relocated(good_jobs, local))
+    bad_before = tree(bad)
+    gone = dataclasses.replace(good_jobs[0], directory=good / "gone-0")
+    jobs = [gone, *jobs_of(bad, "offset", 0, spec["segment_bytes"]), *good_jobs]
+
+    pristine = on_copy(good, "pristine")
+
+    for budget, plan in ((LOCAL_MAP, Plan.A), (TINY, Plan.B)):
+        shutil.rmtree(good)
+        shutil.copytree(pristine, good, copy_function=shutil.copy2)
+        outcomes = compact_on_spark(spark, jobs, Options(NOW, budget))
+        assert [o.partition for o in outcomes] == [j.directory.name for j in jobs]
+        missing, corrupt, *fine = outcomes
+        for o in (missing, corrupt):
+            assert o.summary is None
+            assert o.error is not None
+            assert o.error.endswith("(partition left as it was)"), o.error
+        assert "gone-0" in str(missing.error)
+        assert "cleaner-offset-checkpoint" in str(corrupt.error)
+        assert [(o.plan, o.error) for o in fine] == [(plan, None)] * len(good_jobs)
+        assert all(o.summary is not None for o in fine)
+        assert tree(good) == tree(local)
+        assert tree(bad) == bad_before
+        assert not (good / "gone-0").exists()

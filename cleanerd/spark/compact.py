@@ -137,12 +137,12 @@ def choose(job: PartitionJob, options: Options) -> tuple[Plan, int]:
 def compact_on_spark(
     spark: SparkSession, jobs: Sequence[PartitionJob], options: Options
 ) -> list[Outcome]:
-    """Compact every partition (plan A ones in one job, then each plan B one); in job order."""
-    chosen = [choose(job, options) for job in jobs]
-    outcomes = [
-        Outcome(job.directory.name, plan, records)
-        for job, (plan, records) in zip(jobs, chosen, strict=True)
-    ]
+    """Compact every partition (plan A ones in one job, then each plan B one); in job order.
+
+    A partition whose plan cannot be chosen (its dir gone, a corrupt checkpoint or segment) gets
+    that error as its outcome, with the plan it was forced to or A, and is left alone."""
+    outcomes = [_chosen(job, options) for job in jobs]
+    chosen = [(o.plan, o.dirty_records) if o.error is None else (None, 0) for o in outcomes]
     a = [i for i, (plan, _) in enumerate(chosen) if plan is Plan.A]
     if a:
         sc = spark.sparkContext
@@ -154,6 +154,17 @@ def compact_on_spark(
         if plan is Plan.B:
             run_plan_b(spark, jobs[i], options, outcomes[i])
     return outcomes
+
+
+def _chosen(job: PartitionJob, options: Options) -> Outcome:
+    """The partition's outcome so far: its plan, or the error that kept ``choose`` from one
+    (nothing was opened or written: the partition is as it was)."""
+    try:
+        plan, records = choose(job, options)
+    except FAILURES as e:
+        plan = options.plan or Plan.A
+        return Outcome(job.directory.name, plan, 0, error=f"{e} (partition left as it was)")
+    return Outcome(job.directory.name, plan, records)
 
 
 def run_plan_a(spec: tuple[PartitionJob, Options]) -> tuple[CompactionSummary | None, str | None]:

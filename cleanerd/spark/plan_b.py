@@ -6,8 +6,12 @@ pass it would run locally (the settling pass, then the sweeps) and builds the sa
 
 1. driver: the ``.txnindex`` check, pass 2's segment groups, the producers whose last batch
    must survive, and the transaction state at each group's start (``compaction.external``);
-2. scan (one task per source segment) and shuffle on the key hash (``winners``): every dirty
-   key's winner, joined to the groups holding the key;
+2. one Spark job (``stages``): scan tasks (a run of source segments each) reduce their
+   records to one row per key and cut them into buckets by key hash; a shuffle brings each
+   bucket to one task, which picks every dirty key's winner and routes it to each group holding
+   the key (``winners``); a second shuffle brings each group's winners to its write task.
+   A pass with few dirty records (every sweep: one) skips both shuffles: the few dirty keys'
+   winners are collected and given to every write task (``stages.run_small``);
 3. write (one task per group): the group's winners fill a small ``OffsetMap`` exactly as pass 1
    would have left those entries, and the local filter and writer write the group's
    ``.cleaned`` segment, with its indexes, to the job's staging dir;
@@ -27,6 +31,7 @@ Test hooks (the tests use them; nothing else does): the Spark conf ``spark.clean
 set to a group number makes that group's write task fail after it started writing;
 ``spark.cleanerd.test.holdWrite`` set to a directory makes every write task create
 ``writing-<group>`` there and wait (at most ``HOLD_SECONDS``) until the file ``go`` exists.
+``SMALL_PASS_CONF`` (a tuning knob the tests use to take either way) bounds the small path.
 """
 
 from __future__ import annotations
@@ -34,12 +39,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from cleanerd.compaction.cleaner import CleanResult, trust_txn_indexes
 from cleanerd.compaction.external import (
@@ -62,7 +65,7 @@ from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import LastRecord
 from cleanerd.format.limits import LONG_MAX
 from cleanerd.spark.staging import group_dir, job_dir, move_into
-from cleanerd.spark.winners import ScanJob, SegmentSet, scan_rows, winners_by_group
+from cleanerd.spark.winners import ScanJob, SegmentSet
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
 from cleanerd.storage.files import CLEANED_SUFFIX
 from cleanerd.storage.partition import PartitionLog
@@ -75,6 +78,16 @@ FAIL_WRITE_CONF = "spark.cleanerd.test.failWrite"
 HOLD_WRITE_CONF = "spark.cleanerd.test.holdWrite"
 HOLD_SECONDS = 120.0
 STATS_FILE = "stats.json"
+BUCKET_SOURCE_BYTES = 512 << 20
+"""Source segment bytes per bucket of the winners' shuffle (whole waves: a multiple of the
+cores, at least one bucket each)."""
+SCAN_TASK_BYTES = 512 << 20
+"""Source segment bytes per scan task (whole waves as for the buckets, no more tasks than
+segments): fewer, larger tasks pay Spark's per-task costs less often and reduce more keys."""
+SMALL_PASS_CONF = "spark.cleanerd.planB.smallPassRecords"
+SMALL_PASS_RECORDS = 4096
+"""A pass with at most this many dirty records (a sweep has one) finds its winners without a
+shuffle (``stages.run_small``); ``SMALL_PASS_CONF`` sets another bound (0: never)."""
 COUNTERS = tuple(
     f.name
     for f in dataclasses.fields(CleanerStats)
@@ -140,20 +153,6 @@ class WriteJob:
             cleaned.close()
         counters = {name: getattr(stats, name) for name in COUNTERS}
         (where / STATS_FILE).write_text(json.dumps(counters))
-
-    def write_batches(self, batches: Iterator[Any]) -> None:
-        """The write task: every group among ``batches`` (winners, one marker row per group)."""
-        import pyarrow as pa  # noqa: PLC0415 (the spark extra, on the executor)
-
-        parts = [b for b in batches if b.num_rows]
-        if not parts:
-            return
-        t = pa.Table.from_batches(parts)
-        col = {name: t.column(name).to_numpy() for name in t.column_names}
-        for group in np.unique(col["grp"]).tolist():
-            sel = (col["grp"] == group) & (col["offset"] >= 0)
-            hashes = np.stack([col["h1"][sel], col["h2"][sel]], axis=1).view(np.uint64)
-            self.write(int(group), hashes, col["offset"][sel], col["version"][sel], col["has"][sel])
 
 
 @dataclass
@@ -240,9 +239,9 @@ class SparkPass:
                 hold=hold or None,
             )
             times.prepare = time.monotonic() - t0
-            results = self._run(
-                ScanJob(seg_set, start, upper, strategy), job, len(groups), stats, times
-            )
+            scan = ScanJob(seg_set, start, upper, strategy)
+            sizes = [s.size for g in groups for s in g]  # in the order of seg_set.sources()
+            results = self._run(scan, job, len(groups), sizes, stats, times)
             t0 = time.monotonic()
             for g, group in enumerate(groups):
                 base = group[0].base_offset
@@ -272,43 +271,49 @@ class SparkPass:
         return CleanResult(upper, stats)
 
     def _run(
-        self, scan: ScanJob, job: WriteJob, groups: int, stats: CleanerStats, times: PassTimes
+        self,
+        scan: ScanJob,
+        job: WriteJob,
+        groups: int,
+        sizes: list[int],
+        stats: CleanerStats,
+        times: PassTimes,
     ) -> list[dict[str, int]]:
-        """The Spark stages; any failure becomes a ``PlanBError`` (nothing swapped yet)."""
-        from pyspark.sql import functions as F  # noqa: N812, PLC0415 (the spark extra)
+        """The Spark job (``stages``); any failure becomes a ``PlanBError`` (nothing swapped)."""
+        from cleanerd.spark.stages import (  # noqa: PLC0415 (pyspark)
+            failed_stage,
+            run_small,
+            run_stages,
+            scan_tasks,
+        )
 
-        from cleanerd.spark.stages import WRITE_SINK, encode, register  # noqa: PLC0415 (pyspark)
-
-        register(self.spark)
         name = Path(job.segments.directory).name
-        rows = shuffled = None
-        stage = "scan"
+        sc = self.spark.sparkContext
+        cores = max(sc.defaultParallelism, 1)
+        count = _waves(sum(sizes), BUCKET_SOURCE_BYTES, cores)
+        tasks = scan_tasks(sizes, _waves(sum(sizes), SCAN_TASK_BYTES, cores))
+        t0 = time.monotonic()
+        w0 = time.time()
         try:
-            t0 = time.monotonic()
-            rows = scan_rows(self.spark, scan).persist()
-            anomalies = rows.where(F.col("grp") < 0).agg(F.sum("version")).collect()[0][0]
-            stats.add(anomalous_version_headers=int(anomalies or 0))
-            stats.index_done()
-            times.scan = time.monotonic() - t0
-            stage = "shuffle"
-            t0 = time.monotonic()
-            data = rows.where(F.col("grp") >= 0)
-            shuffled = winners_by_group(self.spark, data, scan.strategy.versioned, groups).persist()
-            shuffled.count()
-            times.shuffle = time.monotonic() - t0
-            stage = "write"
-            t0 = time.monotonic()
-            shuffled.write.format(WRITE_SINK).option("job", encode(job)).mode("append").save()
-            times.write = time.monotonic() - t0
+            ran = None
+            small = int(self.spark.conf.get(SMALL_PASS_CONF, None) or SMALL_PASS_RECORDS)
+            if _dirty_bound(scan) <= small:
+                ran = run_small(sc, scan, job, groups, small)
+            anomalies, spans = ran or run_stages(sc, scan, job, groups, count, tasks)
         except Exception as e:
+            where = failed_stage(e)
+            stage, what = where if where is not None else ("Spark", _first_line(e))
             raise PlanBError(
                 f"{name}: plan B failed in its {stage} stage, nothing was swapped in and the"
-                f" partition is as it was: {_first_line(e)}"
+                f" partition is as it was: {what}"
             ) from e
-        finally:
-            for df in (shuffled, rows):
-                if df is not None:
-                    df.unpersist()
+        total = time.monotonic() - t0
+        ends = [min(max(spans.get(st, (w0, w0))[1] - w0, 0.0), total) for st in ("scan", "route")]
+        times.scan = ends[0]
+        times.shuffle = max(ends[1] - ends[0], 0.0)
+        times.write = max(total - max(ends), 0.0)
+        stats.add(anomalous_version_headers=anomalies)
+        stats.index_done()
         staging = Path(job.staging)
         done = [staging / f"group-{g:06d}" / STATS_FILE for g in range(groups)]
         missing = [g for g, path in enumerate(done) if not path.is_file()]
@@ -317,6 +322,19 @@ class SparkPass:
                 f"{name}: plan B wrote no segment for groups {missing}; nothing swapped"
             )
         return [json.loads(path.read_text()) for path in done]
+
+
+def _waves(size: int, per_task: int, cores: int) -> int:
+    """Tasks for ``size`` bytes at about ``per_task`` each, rounded up to whole waves."""
+    tasks = max(-(-size // per_task), 1)
+    return -(-tasks // cores) * cores
+
+
+def _dirty_bound(scan: ScanJob) -> int:
+    """At most how many records of the pass's sources are dirty (offsets at or past the start,
+    each source's end bounded by the next segment's base)."""
+    bases = scan.segments.bases
+    return sum(max(bases[i + 1] - max(scan.start, bases[i]), 0) for i, _ in scan.segments.sources())
 
 
 def _hold(gate: Path, group: int) -> None:
