@@ -95,7 +95,6 @@ class SparkCleaner:
         if abort():
             raise CleaningAbortedError(str(directory))
         sc = spark.sparkContext
-        _make_active(spark)
         job = PartitionJob(directory, settings.log, settings.cleaner, settings.strategy)
         options = Options(now_ms=now_ms, task_budget_bytes=task_budget_bytes)
         plan, _ = choose(job, options)
@@ -141,12 +140,3 @@ class SparkCleaner:
             session, self._session = self._session, None
         if session is not None:
             session.stop()
-
-
-def _make_active(spark: SparkSession) -> None:
-    """Make ``spark`` the JVM's active session in this thread. Worker threads are not the one
-    that built the session, and without an active session plan B's write sink is not found
-    (``dataSourceNotFoundError``; seen with pyspark 4.x). pyspark has no public call for it."""
-    jvm = spark._jvm
-    assert jvm is not None
-    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
