@@ -8,7 +8,6 @@ their range into Arrow batches (``segment_read``). ``readStream`` follows a live
 
 from __future__ import annotations
 
-import gc
 import itertools
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -52,8 +51,9 @@ def spark_schema() -> StructType:
     """The columns of a read (``columns.ARROW_SCHEMA`` is the same in Arrow's terms).
 
     Only what Kafka can leave out is nullable (timestamp, key, value, a header's value,
-    control_type): Spark skips the null check of the others for every row it copies out of
-    the Arrow batches, which is much of a read's cost in the JVM.
+    control_type). Spark trusts the rest never to be null (its optimizer drops IsNotNull
+    filters on them, and the copy out of the Arrow batches skips their null checks), so a
+    test holds every batch to it.
     """
     header = StructType(
         [StructField("key", StringType(), False), StructField("value", BinaryType())]
@@ -89,27 +89,6 @@ class RangePartition(InputPartition):
         self.range = segment_range
 
 
-_heap_frozen = False
-
-
-def freeze_worker_heap() -> None:
-    """Hide every object alive now from the cyclic garbage collector (``gc.freeze``), once
-    per process.
-
-    Spark's Python workers run a full ``gc.collect()`` after every task and every planning
-    call, and a full collection walks every object the imports made (pyspark, pyarrow, numba,
-    the loaded kernels: about 140,000, 40 to 70 ms of CPU each time on the bench machine, as
-    much as reading 200,000 records). Frozen objects are skipped by collections; objects
-    freed by reference counting are still freed. Called only where Spark's worker processes
-    come (a planning worker making its reader, a task worker after its first read, which
-    loaded the numba kernels), never in the driver.
-    """
-    global _heap_frozen  # noqa: PLW0603 (once per worker process)
-    if not _heap_frozen:
-        _heap_frozen = True
-        gc.freeze()
-
-
 def read_ranges(
     ranges: Sequence[SegmentRange], spec: ReadSpec, metrics: ReadMetrics | None
 ) -> Iterator[Any]:
@@ -121,7 +100,6 @@ def read_ranges(
         finally:
             if metrics is not None:
                 metrics.add(stats)
-    freeze_worker_heap()
 
 
 class KafkaLogReader(DataSourceReader):
@@ -173,14 +151,12 @@ class KafkaLogDataSource(DataSource):
         return spark_schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        freeze_worker_heap()  # a planning worker: its imports stay for its next calls
         reader = PushdownReader if self.pushdown else KafkaLogReader
         return reader(parse_options(self.options), self.metrics)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         from cleanerd.spark.stream import KafkaLogStreamReader  # noqa: PLC0415 (streaming only)
 
-        freeze_worker_heap()
         return KafkaLogStreamReader(parse_options(self.options), self.metrics)
 
 
