@@ -178,3 +178,24 @@ def test_a_failed_spark_cleaning_is_retried_then_uncleanable(tmp_path: Path) -> 
     failed = [line for line in d.logs() if line["event"] == "cleaning failed"]
     assert [line["engine"] for line in failed] == ["spark", "spark"]
     assert _logs_digest(logdir / "big-0") == before
+
+
+def test_sigterm_during_a_spark_job_cancels_it_and_exits_0(tmp_path: Path) -> None:
+    logdir = tmp_path / "logs"
+    _gen(logdir, "big", BIG_RECORDS, 2000, 300_000)
+    before = _logs_digest(logdir / "big-0")
+
+    def running() -> bool:
+        worker = _spark_worker(d)
+        return worker is not None and (worker["spark_job"] or {}).get("jobs", 0) >= 1
+
+    with DaemonProcess(_config(tmp_path, logdir), tmp_path) as d:
+        poll_until(running, timeout=120, interval=0.05, what="a running Spark job")
+        d.signal(signal.SIGTERM)
+        assert d.wait(60) == 0
+    logs = d.logs()
+    aborted = [line for line in logs if line["event"] == "cleaning aborted"]
+    assert [(line["engine"], line["reason"]) for line in aborted] == [("spark", "shutdown")]
+    assert [line["event"] for line in logs][-1] == "stopped"
+    assert _logs_digest(logdir / "big-0") == before  # cancelled before any swap
+    assert not list((logdir / "big-0").glob("*.cleaned"))

@@ -250,9 +250,10 @@ class Daemon:
             self._manager_task.cancel()
             with contextlib.suppress(BaseException):
                 await self._manager_task
+        deadline = time.monotonic() + timeout
         finished = await self.pool.stop(timeout) if self.pool is not None else True
-        if self.spark is not None:
-            await self.spark.stop(timeout)
+        if finished and self.spark is not None:  # what is left of the timeout
+            await self.spark.stop(max(deadline - time.monotonic(), 1.0))
         if finished:
             log.info("stopped", cleanings=self._totals().cleanings)
             return

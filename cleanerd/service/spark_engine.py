@@ -85,9 +85,12 @@ class SparkEngine:
                 if progress is not None:
                     on_progress(dataclasses.asdict(progress))
         except asyncio.CancelledError:
-            await asyncio.to_thread(self.cleaner.cancel, group)
+            # shutdown: cancel until the thread ends (a job submitted after a cancel runs on)
+            while not job.done():
+                await asyncio.to_thread(self.cleaner.cancel, group)
+                await asyncio.wait({job}, timeout=POLL_S)
             with contextlib.suppress(Exception):
-                await job
+                job.result()
             raise
         try:
             return job.result()
