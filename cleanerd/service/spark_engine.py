@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 
 POLL_S = 0.5
 """How often a worker running a Spark cleaning reads its progress and the abort check."""
+CANCEL_GRACE_S = 3.0
+"""After a cancel, how long the lease is kept: Spark kills a cancelled task's Python worker
+(a plan A task runs the local engine there) only ``spark.python.task.killTimeout`` (2 s) after
+interrupting it, and a resumed partition must not be cleaned by two processes at once."""
 SPARK = "spark"
 
 
@@ -96,6 +100,7 @@ class SparkEngine:
             return job.result()
         except Exception as e:
             if cancelled:
+                await asyncio.sleep(CANCEL_GRACE_S)
                 raise CleaningAbortedError(str(grab.tp)) from e
             raise
 
