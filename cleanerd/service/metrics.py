@@ -152,16 +152,8 @@ def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
         _gauge("cleanerd_cleanable_partitions", cleanable),
     ]
     if s.per_partition_metrics:
-        dirty = GaugeMetricFamily(
-            "cleanerd_partition_dirty_ratio",
-            _HELP["cleanerd_partition_dirty_ratio"],
-            labels=["topic", "partition"],
-        )
-        delay = GaugeMetricFamily(
-            "cleanerd_partition_compaction_delay_seconds",
-            _HELP["cleanerd_partition_compaction_delay_seconds"],
-            labels=["topic", "partition"],
-        )
+        dirty = _per_partition("cleanerd_partition_dirty_ratio")
+        delay = _per_partition("cleanerd_partition_compaction_delay_seconds")
         for p in s.partitions:
             if p.compacted:  # a delete-only log has no dirty ratio
                 labels = [p.tp.topic, str(p.tp.partition)]
@@ -171,18 +163,15 @@ def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
     return out
 
 
+def _per_partition(name: str) -> GaugeMetricFamily:
+    """A gauge family labelled by topic and partition, with its documented help."""
+    return GaugeMetricFamily(name, _HELP[name], labels=["topic", "partition"])
+
+
 def _snapshot_gauges(s: DaemonSnapshot) -> list[Metric]:
     """Each partition's newest snapshot the daemon took: end offset and age."""
-    end = GaugeMetricFamily(
-        "cleanerd_partition_snapshot_end_offset",
-        _HELP["cleanerd_partition_snapshot_end_offset"],
-        labels=["topic", "partition"],
-    )
-    age = GaugeMetricFamily(
-        "cleanerd_partition_snapshot_age_seconds",
-        _HELP["cleanerd_partition_snapshot_age_seconds"],
-        labels=["topic", "partition"],
-    )
+    end = _per_partition("cleanerd_partition_snapshot_end_offset")
+    age = _per_partition("cleanerd_partition_snapshot_age_seconds")
     for p in s.partitions:
         if p.latest_snapshot_end_offset is not None and p.latest_snapshot_ms is not None:
             labels = [p.tp.topic, str(p.tp.partition)]

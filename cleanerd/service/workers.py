@@ -170,8 +170,8 @@ class WorkerPool:
 
     async def _clean(self, wid: int, slot: CleanerSlot, grab: Grab) -> None:
         tp = grab.tp
-        spark = self.spark is not None and self.spark.takes(grab)
-        engine = "spark" if spark else "local"
+        spark = self.spark if self.spark is not None and self.spark.takes(grab) else None
+        engine = "local" if spark is None else "spark"
         bound = log.bind(partition=str(tp), worker=wid, run_id=uuid.uuid4().hex[:12], engine=engine)
         self._set(
             wid,
@@ -180,10 +180,10 @@ class WorkerPool:
             last_max_compaction_delay_ms=grab.max_compaction_delay_ms,
         )
         try:
-            if self.spark is not None and spark:
+            if spark is not None:
                 if self.stopping or self.manager.should_abort(tp):
                     raise CleaningAbortedError(str(tp))
-                result = await self.spark.clean(
+                result = await spark.clean(
                     grab,
                     self.clock_ms(),
                     abort=lambda: self.stopping or self.manager.should_abort(tp),
@@ -195,7 +195,7 @@ class WorkerPool:
             self.manager.aborted(tp)
             bound.info("cleaning aborted", reason="stopping" if self.stopping else "paused")
         except asyncio.CancelledError:
-            if spark:  # a local cleaning said so already (_clean_locally)
+            if spark is not None:  # a local cleaning said so already (_clean_locally)
                 self.manager.aborted(tp)
                 bound.info("cleaning aborted", reason="shutdown")
             raise

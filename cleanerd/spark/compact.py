@@ -141,18 +141,24 @@ def compact_on_spark(
 
     A partition whose plan cannot be chosen (its dir gone, a corrupt checkpoint or segment) gets
     that error as its outcome, with the plan it was forced to or A, and is left alone."""
-    outcomes = [_chosen(job, options) for job in jobs]
-    chosen = [(o.plan, o.dirty_records) if o.error is None else (None, 0) for o in outcomes]
-    a = [i for i, (plan, _) in enumerate(chosen) if plan is Plan.A]
+    return run_planned(spark, jobs, [_chosen(job, options) for job in jobs], options)
+
+
+def run_planned(
+    spark: SparkSession, jobs: Sequence[PartitionJob], outcomes: list[Outcome], options: Options
+) -> list[Outcome]:
+    """Run each job by the plan its outcome already holds (``choose``'s), filling the outcomes
+    in; an outcome that holds an error is left as it is."""
+    a = [i for i, o in enumerate(outcomes) if o.error is None and o.plan is Plan.A]
     if a:
         sc = spark.sparkContext
         specs = [(jobs[i], options) for i in a]
         results = sc.parallelize(specs, len(specs)).map(run_plan_a).collect()
         for i, (summary, error) in zip(a, results, strict=True):
             outcomes[i].summary, outcomes[i].error = summary, error
-    for i, (plan, _) in enumerate(chosen):
-        if plan is Plan.B:
-            run_plan_b(spark, jobs[i], options, outcomes[i])
+    for i, o in enumerate(outcomes):
+        if o.error is None and o.plan is Plan.B:
+            run_plan_b(spark, jobs[i], options, o)
     return outcomes
 
 

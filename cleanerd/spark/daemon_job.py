@@ -3,9 +3,9 @@
 ``cleanerd run`` with ``cleanerd.engine.spark.master`` set hands partitions with enough dirty
 bytes to Spark. A worker coroutine calls :meth:`SparkCleaner.clean` in a thread (everything here
 is blocking); it is ``cleanerd spark compact`` of that one partition at the daemon's clock
-(``compact_on_spark``: plan A or B by the task budget), so the files it leaves are exactly the
-CLI's. Each cleaning runs under its own Spark job group, which the worker's coroutine polls for
-progress (``statusTracker``) and cancels on pause or shutdown.
+(``choose``, then ``run_planned``: plan A or B by the task budget), so the files it leaves are
+exactly the CLI's. Each cleaning runs under its own Spark job group, which the worker's
+coroutine polls for progress (``statusTracker``) and cancels on pause or shutdown.
 
 The session is built on first use (a JVM start takes seconds; a daemon that never meets a big
 partition never starts one) and stopped with the daemon.
@@ -13,7 +13,6 @@ partition never starts one) and stopped with the daemon.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cleanerd.compaction.cleaner import CleaningAbortedError
-from cleanerd.spark.compact import Options, Outcome, PartitionJob, Plan, choose, compact_on_spark
+from cleanerd.spark.compact import Options, Outcome, PartitionJob, Plan, choose, run_planned
 from cleanerd.topic_model import TopicSettings
 
 if TYPE_CHECKING:
@@ -97,12 +96,12 @@ class SparkCleaner:
         sc = spark.sparkContext
         job = PartitionJob(directory, settings.log, settings.cleaner, settings.strategy)
         options = Options(now_ms=now_ms, task_budget_bytes=task_budget_bytes)
-        plan, _ = choose(job, options)
+        plan, records = choose(job, options)  # its errors propagate, file and position named
         self._plans[group] = plan
         # job groups are per thread (pyspark's pinned threads): other workers' jobs are not ours
         sc.setJobGroup(group, f"cleanerd: compact {directory.name}", interruptOnCancel=True)
         try:
-            [outcome] = compact_on_spark(spark, [job], dataclasses.replace(options, plan=plan))
+            [outcome] = run_planned(spark, [job], [Outcome(directory.name, plan, records)], options)
         finally:
             sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
             self._plans.pop(group, None)
