@@ -3,8 +3,8 @@
 The record index (``kernels.R_*``) says where each key, value and header lies in the payload
 buffer; two small numba kernels gather those byte ranges into Arrow's offset + data buffers,
 and every other column is a numpy take from the index or the batch matrix. The Arrow schema
-here must equal what Spark derives from the data source's schema (``schema.spark_schema``;
-a test holds them together).
+here is the data source's schema too (``datasource.spark_schema`` derives Spark's from it; a
+test holds the round trip).
 """
 
 from __future__ import annotations

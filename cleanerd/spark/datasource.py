@@ -20,19 +20,10 @@ from pyspark.sql.datasource import (
     Filter,
     InputPartition,
 )
-from pyspark.sql.types import (
-    ArrayType,
-    BinaryType,
-    BooleanType,
-    IntegerType,
-    LongType,
-    ShortType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
 
+from cleanerd.spark.columns import ARROW_SCHEMA
 from cleanerd.spark.planning import SegmentRange, plan
 from cleanerd.spark.pushdown import push
 from cleanerd.spark.read import ReadOptions, parse_options
@@ -48,37 +39,14 @@ PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def spark_schema() -> StructType:
-    """The columns of a read (``columns.ARROW_SCHEMA`` is the same in Arrow's terms).
+    """The columns of a read: ``columns.ARROW_SCHEMA`` in Spark's terms (one definition).
 
     Only what Kafka can leave out is nullable (timestamp, key, value, a header's value,
     control_type). Spark trusts the rest never to be null (its optimizer drops IsNotNull
     filters on them, and the copy out of the Arrow batches skips their null checks), so a
     test holds every batch to it.
     """
-    header = StructType(
-        [StructField("key", StringType(), False), StructField("value", BinaryType())]
-    )
-    return StructType(
-        [
-            StructField("topic", StringType(), False),
-            StructField("partition", IntegerType(), False),
-            StructField("offset", LongType(), False),
-            StructField("timestamp", TimestampType()),
-            StructField("timestamp_type", StringType(), False),
-            StructField("key", BinaryType()),
-            StructField("value", BinaryType()),
-            StructField("headers", ArrayType(header, containsNull=False), False),
-            StructField("producer_id", LongType(), False),
-            StructField("producer_epoch", ShortType(), False),
-            StructField("sequence", IntegerType(), False),
-            StructField("transactional", BooleanType(), False),
-            StructField("is_control", BooleanType(), False),
-            StructField("control_type", StringType()),
-            StructField("leader_epoch", IntegerType(), False),
-            StructField("segment", LongType(), False),
-            StructField("record_bytes", IntegerType(), False),
-        ]
-    )
+    return from_arrow_schema(ARROW_SCHEMA)
 
 
 class RangePartition(InputPartition):
