@@ -199,3 +199,27 @@ def test_sigterm_during_a_spark_job_cancels_it_and_exits_0(tmp_path: Path) -> No
     assert [line["event"] for line in logs][-1] == "stopped"
     assert _logs_digest(logdir / "big-0") == before  # cancelled before any swap
     assert not list((logdir / "big-0").glob("*.cleaned"))
+
+
+def test_a_spark_master_that_cannot_start_fails_the_cleaning_naming_the_setting(
+    tmp_path: Path,
+) -> None:
+    logdir = tmp_path / "logs"
+    _gen(logdir, "big", 2000, 200, 30_000)
+    before = _logs_digest(logdir / "big-0")
+    config = _config(
+        tmp_path,
+        logdir,
+        cleanerd_engine_spark_master="bogus://nowhere",
+        cleanerd_engine_spark_min_partition_bytes=1,
+        cleanerd_retry_attempts=0,
+    )
+    with DaemonProcess(config, tmp_path) as d:
+        poll_until(
+            lambda: _partition(d, "big-0")["state"] == "uncleanable", timeout=120, what="failed"
+        )
+        assert sample_value(d.scrape(), "cleanerd_spark_failures_total") == 1
+    (failed,) = [line for line in d.logs() if line["event"] == "cleaning failed"]
+    assert "cannot start the Spark session" in failed["error"]
+    assert "cleanerd.engine.spark.master = 'bogus://nowhere'" in failed["error"]
+    assert _logs_digest(logdir / "big-0") == before

@@ -64,9 +64,16 @@ class SparkCleaner:
             if self._session is None:
                 from cleanerd.spark.session import build_session  # noqa: PLC0415 (a JVM start)
 
-                self._session = build_session(
-                    self.master, {**DAEMON_CONF, **self.conf}, app_name=APP_NAME
-                )
+                try:
+                    self._session = build_session(
+                        self.master, {**DAEMON_CONF, **self.conf}, app_name=APP_NAME
+                    )
+                except Exception as e:  # the JVM's start: Java missing, a bad master URL, ...
+                    raise SparkCleaningError(
+                        f"cannot start the Spark session (cleanerd.engine.spark.master = "
+                        f"{self.master!r}; the JVM's own error above on stderr): "
+                        f"{type(e).__name__}: {e}"
+                    ) from e
             return self._session
 
     @property
