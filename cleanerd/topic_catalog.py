@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cleanerd.format.limits import LONG_MAX as LONG_MAX  # noqa: PLC0414 (re-exported)
+from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
 
 INT_MAX = 2**31 - 1
 COMPACT = "compact"
@@ -38,6 +39,11 @@ TOPIC_SETTINGS = (
     TopicSetting("segment.index.bytes", 10_485_760, "log.index.size.max.bytes"),
     TopicSetting("index.interval.bytes", 4096, "log.index.interval.bytes"),
     TopicSetting("max.message.bytes", 1_048_588, "message.max.bytes"),
+    # Kafka 4.x (LogConfig): bounds decompressed records. Kafka's default is no bound in practice
+    # (Records.SOFT_MAX_ARRAY_LENGTH); cleanerd's is 128 MiB per batch, so a bomb is refused.
+    TopicSetting(
+        "max.decompressed.message.bytes", MAX_DECOMPRESSED_BYTES, "max.decompressed.message.bytes"
+    ),
     TopicSetting("retention.ms", 604_800_000, "log.retention.ms"),
     TopicSetting("retention.bytes", -1, "log.retention.bytes"),
     TopicSetting("compaction.strategy", "offset", "log.cleaner.compaction.strategy"),
@@ -62,7 +68,7 @@ BROKER_TOPIC_DEFAULTS: dict[str, tuple[str, object]] = {
 """Broker settings that default a topic setting: broker name -> (topic name, Kafka's default)."""
 KNOWN_SETTINGS = frozenset(DEFAULTS)
 """The Kafka topic settings the cleaner uses; others in a config file are reported and ignored."""
-INT_SETTINGS = frozenset({"producer.id.expiration.ms"})
+INT_SETTINGS = frozenset({"producer.id.expiration.ms", "max.decompressed.message.bytes"})
 """Kafka defines these as INT: read by their Kafka name they must fit a Java int, as Kafka
 refuses more."""
 

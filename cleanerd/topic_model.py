@@ -249,6 +249,7 @@ class LogConfig:
     segment_index_bytes: int = long_default("segment.index.bytes")
     index_interval_bytes: int = long_default("index.interval.bytes")
     max_message_bytes: int = long_default("max.message.bytes")
+    max_decompressed_message_bytes: int = long_default("max.decompressed.message.bytes")
     compact: bool = False  # cleanup.policy contains "compact"
     max_compaction_lag_ms: int = long_default("max.compaction.lag.ms")
 
@@ -260,6 +261,7 @@ class LogConfig:
             ("segment.index.bytes", self.segment_index_bytes, 4),
             ("index.interval.bytes", self.index_interval_bytes, 0),
             ("max.message.bytes", self.max_message_bytes, 0),
+            ("max.decompressed.message.bytes", self.max_decompressed_message_bytes, 1),
             ("max.compaction.lag.ms", self.max_compaction_lag_ms, 1),
         )
         for name, value, minimum in checks:
@@ -302,6 +304,7 @@ _LOG_SETTINGS = {
     "segment.index.bytes": "segment_index_bytes",
     "index.interval.bytes": "index_interval_bytes",
     "max.message.bytes": "max_message_bytes",
+    "max.decompressed.message.bytes": "max_decompressed_message_bytes",
 }
 _RETENTION_SETTINGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
 

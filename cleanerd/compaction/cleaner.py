@@ -55,6 +55,7 @@ from cleanerd.compaction.transactions import (
     CleanedTransactionMetadata,
     last_records_of_active_producers,
 )
+from cleanerd.format.codecs import limit_decompression
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.files import CLEANED_SUFFIX
@@ -129,7 +130,23 @@ class Cleaner:
 
         Tombstones in batches reaching ``keep_tombstones_from`` are kept past their delete
         horizon; by default that is the oldest KIP-630 snapshot's end, when the partition has
-        snapshots: a reader starting from it needs every later tombstone to replay."""
+        snapshots: a reader starting from it needs every later tombstone to replay. Every batch
+        is decompressed within the topic's ``max.decompressed.message.bytes``."""
+        with limit_decompression(log.config.max_decompressed_message_bytes):
+            return self._clean(
+                log, plan, config, strategy, now_ms, abort_check, keep_tombstones_from
+            )
+
+    def _clean(
+        self,
+        log: PartitionLog,
+        plan: CleaningPlan,
+        config: TopicCleanerConfig,
+        strategy: StrategyConfig,
+        now_ms: int,
+        abort_check: Callable[[], bool],
+        keep_tombstones_from: int | None,
+    ) -> CleanResult:
         if keep_tombstones_from is None:
             keep_tombstones_from = oldest_snapshot_end(log.directory)
             if keep_tombstones_from is None:
@@ -201,10 +218,11 @@ class Cleaner:
         """
         stats = CleanerStats(clock=self.clock)
         on_chunk = self._on_chunk(log, abort_check)
-        trust_txn_indexes(log, stats)
-        self._check(segments, set(), on_chunk)
-        ctx = self._context(log, config, strategy, now_ms, upper_bound)
-        self._clean_group(log, segments, ctx, CleanedTransactionMetadata(), stats, on_chunk)
+        with limit_decompression(log.config.max_decompressed_message_bytes):
+            trust_txn_indexes(log, stats)
+            self._check(segments, set(), on_chunk)
+            ctx = self._context(log, config, strategy, now_ms, upper_bound)
+            self._clean_group(log, segments, ctx, CleanedTransactionMetadata(), stats, on_chunk)
         stats.all_done()
         return stats
 

@@ -16,6 +16,7 @@ from cleanerd.compaction.cleaner import Cleaner, CleanResult
 from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
 from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.format.codecs import limit_decompression
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog, wall_clock_ms
 
@@ -27,12 +28,15 @@ def open_log(
     directory: Path, config: LogConfig | None = None, *, clock: Callable[[], int] = wall_clock_ms
 ) -> Iterator[PartitionLog]:
     """The partition at ``directory``, opened (interrupted swaps recovered, indexes checked)
-    and closed when the block ends, whatever happens in it."""
-    log = PartitionLog(directory, config, clock=clock)
-    try:
-        yield log
-    finally:
-        log.close()
+    and closed when the block ends, whatever happens in it. Batches read in the block are
+    decompressed within the topic's ``max.decompressed.message.bytes``."""
+    bound = (config or LogConfig()).max_decompressed_message_bytes
+    with limit_decompression(bound):
+        log = PartitionLog(directory, config, clock=clock)
+        try:
+            yield log
+        finally:
+            log.close()
 
 
 def plan_log(

@@ -18,12 +18,19 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.format import kernels as k
-from cleanerd.format.codecs import DECOMPRESS_ERRORS, Compression, decompress, decompressor
+from cleanerd.format.codecs import (
+    DECOMPRESS_ERRORS,
+    LIMIT_SETTING,
+    Compression,
+    decompress,
+    decompression_limit,
+    decompressor,
+)
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CODEC_MASK
 from cleanerd.format.scan import I64, U8
 
-__all__ = ["REUSED_BUFFER_MAX", "Payloads", "batch_payload", "lay_out"]
+__all__ = ["CHUNK_PAYLOADS_FACTOR", "REUSED_BUFFER_MAX", "Payloads", "batch_payload", "lay_out"]
 
 _CODECS = tuple(Compression)
 _local = threading.local()
@@ -31,6 +38,10 @@ REUSED_BUFFER_MAX = 64 << 20
 """With ``reuse``, the buffer a thread keeps for the next call is at most this large."""
 _MIN_REUSED = 1 << 20
 _EXPANSION = 3  # first guess of decompressed / compressed size; the buffer grows past it
+CHUNK_PAYLOADS_FACTOR = 4
+"""One call lays out at most this many times ``max.decompressed.message.bytes``: what a reader
+holds of decompressed records at once (a chunk of many batches, each within the bound, cannot
+add up to more)."""
 
 
 def batch_payload(arr: U8, row: npt.NDArray[np.int64]) -> bytes | memoryview:
@@ -79,8 +90,10 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False) -> Payloads:
     mv = arr.data
     n = batches.shape[0]
     out_ends = np.empty(n, dtype=np.int64)
+    limit = decompression_limit()
+    cap = CHUNK_PAYLOADS_FACTOR * limit
     fns: dict[int, Callable[[bytes | memoryview], bytes]] = {}
-    buf = _buffer(int((ends - starts).sum()) * _EXPANSION, reuse)
+    buf = _buffer(min(int((ends - starts).sum()) * _EXPANSION, cap), reuse)
     dst = buf.data
     q = 0
     i = 0
@@ -101,18 +114,24 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False) -> Payloads:
             else:
                 fn = fns.get(c)
                 if fn is None:
-                    fn = fns[c] = decompressor(_CODECS[c])
+                    fn = fns[c] = decompressor(_CODECS[c], limit)
                 part = fn(mv[lo:hi])
             size = len(part)
             if q + size > buf.shape[0]:
-                buf = _buffer(q + size, reuse, buf, q)
+                if q + size > cap:
+                    raise CorruptRecordError(
+                        f"this batch and the ones read with it decompress past {cap} bytes "
+                        f"together ({CHUNK_PAYLOADS_FACTOR} x {LIMIT_SETTING} = {limit})"
+                    )
+                buf = _buffer(q + size, reuse, buf, q, cap)
                 dst = buf.data
             dst[q : q + size] = part
             q += size
             out_ends[i] = q
-    except (*DECOMPRESS_ERRORS, IndexError):
+    except (*DECOMPRESS_ERRORS, IndexError) as e:
         laid = buf if reuse else buf[:q]
-        return Payloads(laid, *_starts_ends(out_ends[:i]), _why(arr, batches[i]))
+        why = e if isinstance(e, CorruptRecordError) else _why(arr, batches[i])
+        return Payloads(laid, *_starts_ends(out_ends[:i]), why)
     return Payloads(buf if reuse else buf[:q], *_starts_ends(out_ends))
 
 
@@ -136,12 +155,17 @@ def _why(arr: U8, row: npt.NDArray[np.int64]) -> CorruptRecordError:
     return CorruptRecordError(f"{_CODECS[codec].label} payload does not decompress")
 
 
-def _buffer(size: int, reuse: bool, keep: U8 | None = None, used: int = 0) -> U8:
+def _buffer(
+    size: int, reuse: bool, keep: U8 | None = None, used: int = 0, cap: int | None = None
+) -> U8:
     """A buffer of at least ``size`` bytes holding the first ``used`` bytes of ``keep``; with
-    ``reuse`` the one this thread keeps (up to ``REUSED_BUFFER_MAX``)."""
+    ``reuse`` the one this thread keeps (up to ``REUSED_BUFFER_MAX``). Growth doubles, up to
+    ``cap``."""
     buf: U8 | None = getattr(_local, "payload", None) if reuse else keep
     if buf is None or buf.shape[0] < size:
         grown = 2 * keep.shape[0] if keep is not None else 0
+        if cap is not None:
+            grown = min(grown, cap)
         buf = np.empty(max(size, grown, _MIN_REUSED if reuse else 0), np.uint8)
         if reuse and buf.shape[0] <= REUSED_BUFFER_MAX:
             _local.payload = buf

@@ -63,6 +63,7 @@ from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import LastRecord
+from cleanerd.format.codecs import limit_decompression
 from cleanerd.format.limits import LONG_MAX
 from cleanerd.spark.staging import group_dir, job_dir, move_into
 from cleanerd.spark.winners import ScanJob, SegmentSet
@@ -148,7 +149,10 @@ class WriteJob:
                 raise RuntimeError(
                     f"injected failure writing group {group} ({FAIL_WRITE_CONF} is set)"
                 )
-            write_group(segments, members, cleaned, ctx, restore_state(self.states[group]), stats)
+            with limit_decompression(self.segments.config.max_decompressed_message_bytes):
+                write_group(
+                    segments, members, cleaned, ctx, restore_state(self.states[group]), stats
+                )
         finally:
             cleaned.close()
         counters = {name: getattr(stats, name) for name in COUNTERS}

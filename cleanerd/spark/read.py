@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
 from cleanerd.spark.bounds import Bounds
 from cleanerd.spark.segment_read import ReadSpec
 
@@ -31,6 +32,7 @@ OPTION_NAMES = (
     "isolation",
     "include_values",
     "max_segment_bytes_per_task",
+    "max_decompressed_message_bytes",
     "min_tasks",
     "skip_corrupt",
     "starting_offsets",
@@ -51,6 +53,7 @@ class ReadOptions:
     committed: bool = False
     include_values: bool = True
     max_segment_bytes_per_task: int = DEFAULT_MAX_SEGMENT_BYTES_PER_TASK
+    max_decompressed_message_bytes: int = MAX_DECOMPRESSED_BYTES
     min_tasks: int = 1
     skip_corrupt: bool = False
     starting_offsets: str = "earliest"
@@ -66,6 +69,7 @@ class ReadOptions:
             committed=self.committed,
             values=self.include_values,
             skip_corrupt=self.skip_corrupt,
+            max_decompressed_bytes=self.max_decompressed_message_bytes,
         )
 
 
@@ -145,6 +149,10 @@ def parse_options(options: Mapping[str, str]) -> ReadOptions:
         max_segment_bytes_per_task=_size(
             "max_segment_bytes_per_task",
             opts.get("max_segment_bytes_per_task", str(DEFAULT_MAX_SEGMENT_BYTES_PER_TASK)),
+        ),
+        max_decompressed_message_bytes=_size(
+            "max_decompressed_message_bytes",
+            opts.get("max_decompressed_message_bytes", str(MAX_DECOMPRESSED_BYTES)),
         ),
         min_tasks=_count("min_tasks", opts.get("min_tasks", "1")),
         skip_corrupt=_bool("skip_corrupt", opts.get("skip_corrupt", "false")),

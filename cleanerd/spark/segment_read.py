@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from cleanerd.format import kernels as k
+from cleanerd.format.codecs import limit_decompression
 from cleanerd.format.control import ControlType, EndTransactionMarker, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
 from cleanerd.format.reader import I64, U8, index_batches, scan_batches
 from cleanerd.inspect.files import map_readonly
 from cleanerd.spark.bounds import NO_TIMESTAMP, Bounds
@@ -40,6 +42,7 @@ class ReadSpec:
     values: bool = True
     skip_corrupt: bool = False
     batch_records: int = DEFAULT_BATCH_RECORDS
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES  # max.decompressed.message.bytes
 
 
 @dataclass
@@ -160,8 +163,20 @@ def read_range(r: SegmentRange, spec: ReadSpec, stats: RangeStats) -> Iterator[A
 
     Raises CorruptRecordError (file, byte position, last good offset) at the first bad batch,
     unless ``spec.skip_corrupt``: then the good records before it are returned and the bytes
-    from it to the range's end are counted in ``stats.corrupt_bytes``.
+    from it to the range's end are counted in ``stats.corrupt_bytes``. A batch that decompresses
+    past ``spec.max_decompressed_bytes`` is such a bad batch.
     """
+    # A generator runs in its consumer's context: the bound is set around each step.
+    parts = _read_range(r, spec, stats)
+    while True:
+        with limit_decompression(spec.max_decompressed_bytes):
+            part = next(parts, None)
+        if part is None:
+            return
+        yield part
+
+
+def _read_range(r: SegmentRange, spec: ReadSpec, stats: RangeStats) -> Iterator[Any]:
     arr = map_readonly(Path(r.path))
     if arr.shape[0] < r.end:
         raise StorageError(

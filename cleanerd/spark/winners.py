@@ -32,6 +32,7 @@ from cleanerd.compaction.batches import index_and_hash, transaction_verdicts
 from cleanerd.compaction.strategy import StrategyConfig, compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
+from cleanerd.format.codecs import limit_decompression
 from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.log_config import LogConfig
@@ -96,6 +97,10 @@ class ScanJob:
     def scan(self, index: int, group: int) -> tuple[Arr, int]:
         """Segment ``index``'s keys, one ``ROWS`` row each (``reduce_keys``), and its count of
         wrong-length version headers among dirty records (the header strategy's anomalies)."""
+        with limit_decompression(self.segments.config.max_decompressed_message_bytes):
+            return self._scan(index, group)
+
+    def _scan(self, index: int, group: int) -> tuple[Arr, int]:
         segments = self.segments.open()
         seg = segments[index]
         path = str(seg.log_path)
