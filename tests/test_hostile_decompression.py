@@ -1,0 +1,256 @@
+"""Decompression bombs: every batch is decompressed within ``max.decompressed.message.bytes``.
+
+The bombs are built here from a batch of one honest record whose payload is then replaced by
+that record followed by a long run of zeros, compressed by the codec libraries themselves
+(streamed, so building a 2 GiB bomb never holds 2 GiB), with the CRC recomputed: a small,
+valid-looking batch that only decompression can tell apart. The commands run as real processes,
+so their peak resident memory is the kernel's own count (``os.wait4``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import cramjam
+import lz4.frame
+import numpy as np
+import pytest
+import zstandard
+
+from cleanerd.format import kernels as k
+from cleanerd.format.builder import build_batch, finish_crc
+from cleanerd.format.codecs import (
+    Compression,
+    DecompressedTooLargeError,
+    compress,
+    decompress,
+    decompressor,
+    limit_decompression,
+    zstd_size_bound,
+)
+from cleanerd.format.errors import CorruptRecordError
+from cleanerd.format.layout import ATTRIBUTES_AT, LENGTH_AT
+from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
+from cleanerd.format.reader import index_batches, lay_out, scan_batches
+from cleanerd.format.records import Record
+from cleanerd.workload.generator import generate
+from cleanerd.workload.spec import WorkloadSpec
+
+CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
+_STEP = 64 << 20
+_ZEROS = bytes(_STEP)
+
+
+def _zero_run(total: int) -> Iterator[bytes]:
+    while total > 0:
+        yield _ZEROS[: min(total, _STEP)]
+        total -= _STEP
+
+
+def compressed_bomb(codec: Compression, head: bytes, zeros: int) -> bytes:
+    """``head`` then ``zeros`` zero bytes, compressed as Kafka frames the codec, in steps."""
+    if codec == Compression.GZIP:
+        deflate = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+        parts = [deflate.compress(head)]
+        parts += [deflate.compress(z) for z in _zero_run(zeros)]
+        return b"".join([*parts, deflate.flush()])
+    if codec == Compression.ZSTD:
+        zc = zstandard.ZstdCompressor(level=1).compressobj()
+        parts = [zc.compress(head)] + [zc.compress(z) for z in _zero_run(zeros)]
+        return b"".join([*parts, zc.flush()])
+    if codec == Compression.LZ4:
+        lz = lz4.frame.LZ4FrameCompressor(
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False, content_checksum=False
+        )
+        parts = [lz.begin(), lz.compress(head)] + [lz.compress(z) for z in _zero_run(zeros)]
+        return b"".join([*parts, lz.flush()])
+    # snappy in Kafka's xerial framing: 32 KiB blocks, each its own raw snappy block
+    out = [compress(Compression.SNAPPY, head)]
+    whole, rest = divmod(zeros, 32 * 1024)
+    for count, size in ((whole, 32 * 1024), (1 if rest else 0, rest)):
+        block = bytes(cramjam.snappy.compress_raw(bytes(size)))
+        out.append((len(block).to_bytes(4, "big") + block) * count)
+    return b"".join(out)
+
+
+def bomb_batch(codec: Compression, base_offset: int, zeros: int) -> bytes:
+    """A batch at ``base_offset`` claiming one record whose payload decompresses to that record
+    and ``zeros`` more bytes; CRC valid."""
+    honest = build_batch([Record(base_offset, 1_000, b"bomb", b"v")], base_offset=base_offset)
+    record = honest[k.HEADER_SIZE :]
+    raw = bytearray(honest[: k.HEADER_SIZE])
+    raw += compressed_bomb(codec, record, zeros)
+    raw[ATTRIBUTES_AT + 1] |= int(codec)
+    raw[LENGTH_AT : LENGTH_AT + 4] = (len(raw) - 12).to_bytes(4, "big")
+    return bytes(finish_crc(raw))
+
+
+def test_a_bomb_is_refused_before_the_memory_is_taken() -> None:
+    limit = 1 << 20
+    for codec in CODECS:
+        data = compressed_bomb(codec, b"x", 8 << 20)
+        with limit_decompression(limit), pytest.raises(DecompressedTooLargeError) as raised:
+            decompress(codec, data)
+        err = raised.value
+        assert err.limit == limit
+        assert limit < err.reached <= limit + 256 * 1024, codec  # stopped within one step
+        assert "max.decompressed.message.bytes" in str(err)
+        assert codec.label in str(err)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_payloads_at_the_bound_pass_and_one_byte_more_is_refused(codec: Compression) -> None:
+    limit = 300_000
+    exact = os.urandom(1000) + bytes(limit - 1000)
+    for data in (compress(codec, exact), compressed_bomb(codec, exact[:1000], limit - 1000)):
+        assert decompress(codec, data, limit) == exact
+        assert decompressor(codec, limit)(data) == exact
+    over = compress(codec, exact + b"!")
+    with pytest.raises(DecompressedTooLargeError):
+        decompress(codec, over, limit)
+    with pytest.raises(DecompressedTooLargeError):
+        decompressor(codec, limit)(over)
+
+
+def test_zstd_frames_as_kafka_writes_them_need_no_content_size() -> None:
+    """zstd-jni's stream writes no content size and an empty last block; the bound comes from
+    the block headers, and a frame cut short is still an error."""
+    data = os.urandom(50_000) * 6
+    zc = zstandard.ZstdCompressor(level=3).compressobj()
+    frame = zc.compress(data) + zc.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK) + zc.flush()
+    assert zstandard.frame_content_size(frame) == -1
+    bound = zstd_size_bound(frame)
+    assert bound is not None and len(data) <= bound <= len(data) + 2 * 128 * 1024
+    assert decompress(Compression.ZSTD, frame) == data
+    with pytest.raises(CorruptRecordError, match="zstd payload does not decompress"):
+        decompress(Compression.ZSTD, frame[: len(frame) // 2])
+    with pytest.raises(CorruptRecordError, match="zstd payload does not decompress"):
+        decompress(Compression.ZSTD, frame[:-3])  # the last block's header gone
+
+
+def test_a_zstd_content_size_that_lies_small_is_not_trusted() -> None:
+    """A frame declaring 1 KiB of content whose blocks regenerate 8 MiB: the declared size is
+    not what bounds the output (the block headers are)."""
+    big = zstandard.ZstdCompressor(level=1, write_content_size=False).compress(bytes(8 << 20))
+    assert big[4] == 0  # no content size, not single-segment: a window descriptor follows
+    lying = big[:4] + bytes([0x40]) + big[5:6] + (1024 - 256).to_bytes(2, "little") + big[6:]
+    assert zstandard.frame_content_size(lying) == 1024
+    assert (zstd_size_bound(lying) or 0) >= 8 << 20
+    with limit_decompression(1 << 20), pytest.raises(CorruptRecordError):
+        decompress(Compression.ZSTD, lying)
+
+
+def test_gzip_members_after_one_another_count_together() -> None:
+    member = gzip.compress(bytes(600_000))
+    with pytest.raises(DecompressedTooLargeError):
+        decompress(Compression.GZIP, member + member, 1_000_000)
+    assert decompress(Compression.GZIP, member + member, 1_200_000) == bytes(1_200_000)
+
+
+def test_many_batches_within_the_bound_cannot_add_up_past_it() -> None:
+    """Every batch of a chunk within the bound, together over four times it: the chunk is
+    refused at the batch that crosses, naming the setting."""
+    limit = 1 << 20
+    value = bytes(limit - 200)
+    batches = [
+        build_batch([Record(i, 5, b"k", value)], compression=Compression.ZSTD) for i in range(6)
+    ]
+    arr = np.frombuffer(b"".join(batches), np.uint8)
+    scan = scan_batches(arr)
+    scan.raise_error()
+    with limit_decompression(limit):
+        laid = lay_out(arr, scan.batches)
+        assert laid.usable == 4
+        assert laid.error is not None and "4 x max.decompressed.message.bytes" in laid.error.reason
+        with pytest.raises(CorruptRecordError) as raised:
+            index_batches(arr, scan.batches, path="seg.log")
+    assert raised.value.position == sum(len(b) for b in batches[:4])
+
+
+def test_the_record_index_names_file_position_codec_and_setting() -> None:
+    good = build_batch([Record(0, 5, b"k", b"v")], compression=Compression.LZ4)
+    bomb = bomb_batch(Compression.LZ4, 1, 4 << 20)
+    arr = np.frombuffer(good + bomb, np.uint8)
+    with limit_decompression(1 << 20), pytest.raises(CorruptRecordError) as raised:
+        index_batches(arr, scan_batches(arr).batches, path="/x/00000000000000000000.log")
+    text = str(raised.value)
+    assert text.startswith(f"/x/00000000000000000000.log at byte {len(good)}: lz4 payload")
+    assert "max.decompressed.message.bytes = 1048576" in text
+    assert "(last good offset 0)" in text
+
+
+# --- the commands, as processes, at the default bound -------------------------------------
+
+GIB = 1 << 30
+
+
+def bomb_logdir(root: Path, codec: Compression, zeros: int) -> tuple[Path, Path]:
+    """A log dir of one compacted partition: a few honest segments, then the bomb batch
+    appended to the active segment."""
+    logdir = root / f"L-{codec.label}"
+    spec = WorkloadSpec(topic="t", records=300, keys=50, records_per_batch=10, segment_bytes=4000)
+    generate(logdir, spec)
+    part = logdir / "t-0"
+    active = sorted(part.glob("*.log"))[-1]
+    scan = scan_batches(active.read_bytes())
+    last = int(scan.batches[-1, k.B_LAST_OFFSET])
+    with active.open("ab") as f:
+        f.write(bomb_batch(codec, last + 1, zeros))
+    return logdir, part
+
+
+def files_of(part: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(part.rglob("*")) if p.is_file()}
+
+
+def run_measured(args: list[str], env: dict[str, str]) -> tuple[int, str, int]:
+    """``(exit status, stderr+stdout, peak RSS in MiB)`` of ``python -m cleanerd ARGS``."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cleanerd", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    assert proc.stdout is not None
+    out = proc.stdout.read().decode()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, out, usage.ru_maxrss // 1024
+
+
+COMMANDS = {
+    "verify": lambda logdir, part: ["verify", str(logdir)],
+    "dump": lambda logdir, part: [
+        "dump",
+        "--deep-iteration",
+        str(sorted(part.glob("*.log"))[-1]),
+    ],
+    "snapshot create": lambda logdir, part: ["snapshot", "create", str(part)],
+    "compact": lambda logdir, part: ["compact", "--roll-active", str(logdir)],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("codec", CODECS)
+def test_commands_refuse_a_2_gib_bomb_in_bounded_memory(codec: Compression, tmp_path: Path) -> None:
+    """A batch of a few KB that decompresses to 2 GiB (snappy, whose ratio tops out near 21:1:
+    just past the bound) is refused by every command that reads records: exit 1, one line
+    naming the decompressed size and the setting, peak RSS far under the bomb, files intact."""
+    zeros = MAX_DECOMPRESSED_BYTES + (1 << 20) if codec == Compression.SNAPPY else 2 * GIB
+    logdir, part = bomb_logdir(tmp_path, codec, zeros)
+    before = files_of(part)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for name, args in COMMANDS.items():
+        status, out, rss = run_measured(args(logdir, part), env)
+        assert status == 1, (name, out)
+        assert "Traceback" not in out, (name, out)
+        assert f"{codec.label} payload decompresses past" in out, (name, out)
+        assert f"max.decompressed.message.bytes = {MAX_DECOMPRESSED_BYTES}" in out, (name, out)
+        assert rss < 1536, (name, rss)
+        assert files_of(part) == before, name
