@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cramjam
@@ -126,7 +126,8 @@ def test_zstd_frames_as_kafka_writes_them_need_no_content_size() -> None:
     frame = zc.compress(data) + zc.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK) + zc.flush()
     assert zstandard.frame_content_size(frame) == -1
     bound = zstd_size_bound(frame)
-    assert bound is not None and len(data) <= bound <= len(data) + 2 * 128 * 1024
+    assert bound is not None
+    assert len(data) <= bound <= len(data) + 2 * 128 * 1024
     assert decompress(Compression.ZSTD, frame) == data
     with pytest.raises(CorruptRecordError, match="zstd payload does not decompress"):
         decompress(Compression.ZSTD, frame[: len(frame) // 2])
@@ -167,7 +168,8 @@ def test_many_batches_within_the_bound_cannot_add_up_past_it() -> None:
     with limit_decompression(limit):
         laid = lay_out(arr, scan.batches)
         assert laid.usable == 4
-        assert laid.error is not None and "4 x max.decompressed.message.bytes" in laid.error.reason
+        assert laid.error is not None
+        assert "4 x max.decompressed.message.bytes" in laid.error.reason
         with pytest.raises(CorruptRecordError) as raised:
             index_batches(arr, scan.batches, path="seg.log")
     assert raised.value.position == sum(len(b) for b in batches[:4])
@@ -224,13 +226,13 @@ def run_measured(args: list[str], env: dict[str, str]) -> tuple[int, str, int]:
     return proc.returncode, out, usage.ru_maxrss // 1024
 
 
-COMMANDS = {
+def _last_log(part: Path) -> str:
+    return str(sorted(part.glob("*.log"))[-1])
+
+
+COMMANDS: dict[str, Callable[[Path, Path], list[str]]] = {
     "verify": lambda logdir, part: ["verify", str(logdir)],
-    "dump": lambda logdir, part: [
-        "dump",
-        "--deep-iteration",
-        str(sorted(part.glob("*.log"))[-1]),
-    ],
+    "dump": lambda logdir, part: ["dump", "--deep-iteration", _last_log(part)],
     "snapshot create": lambda logdir, part: ["snapshot", "create", str(part)],
     "compact": lambda logdir, part: ["compact", "--roll-active", str(logdir)],
 }
