@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import gzip
 import os
+import signal
 import subprocess
 import sys
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import cramjam
 import lz4.frame
 import numpy as np
 import pytest
 import zstandard
+from e2e_support import DaemonProcess, poll_until, write_config
 
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch, finish_crc
@@ -39,6 +42,7 @@ from cleanerd.format.layout import ATTRIBUTES_AT, LENGTH_AT
 from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
 from cleanerd.format.reader import index_batches, lay_out, scan_batches
 from cleanerd.format.records import Record
+from cleanerd.storage.partition import PartitionLog
 from cleanerd.workload.generator import generate
 from cleanerd.workload.spec import WorkloadSpec
 
@@ -256,3 +260,71 @@ def test_commands_refuse_a_2_gib_bomb_in_bounded_memory(codec: Compression, tmp_
         assert f"max.decompressed.message.bytes = {MAX_DECOMPRESSED_BYTES}" in out, (name, out)
         assert rss < 1536, (name, rss)
         assert files_of(part) == before, name
+
+
+def _peak_rss_mib(pid: int) -> int:
+    """The process's resident high-water mark so far (``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+@pytest.mark.slow
+def test_the_daemon_marks_a_bomb_partition_uncleanable_and_cleans_the_others(
+    tmp_path: Path,
+) -> None:
+    """One partition holds a 2 GiB zstd bomb in an inactive segment: its cleanings fail, are
+    retried, and it ends uncleanable naming the file and position; the healthy partition is
+    cleaned; the daemon never holds the bomb (no crash, no restart loop); the bomb's files are
+    untouched."""
+    logdir = tmp_path / "logs"
+    generate(logdir, WorkloadSpec(topic="t", partitions=2, records=3000, keys=100))
+    part = logdir / "t-1"
+    last = max(
+        int(scan_batches(p.read_bytes()).batches[-1, k.B_LAST_OFFSET])
+        for p in part.glob("*.log")
+        if p.stat().st_size
+    )
+    bomb = part / f"{last + 1:020d}.log"
+    bomb.write_bytes(bomb_batch(Compression.ZSTD, last + 1, 2 * GIB))
+    (part / f"{last + 2:020d}.log").touch()  # a new active segment: the bomb's is inactive
+    PartitionLog(part).close()  # recovery builds the new segments' indexes, as Kafka's does
+    before = files_of(part)
+    config = write_config(
+        tmp_path,
+        {
+            "log.dirs": str(logdir),
+            "log.cleanup.policy": "compact",
+            "log.cleaner.backoff.ms": 200,
+            "log.cleaner.threads": 2,
+            "cleanerd.retry.attempts": 2,
+            "cleanerd.retry.backoff.ms": 100,
+        },
+    )
+    with DaemonProcess(config, tmp_path) as d:
+
+        def settled() -> dict[str, Any] | None:
+            status = d.status()
+            healthy, hostile = (_partition(status, f"t-{i}") for i in (0, 1))
+            return status if healthy["cleanings"] >= 1 and hostile["uncleanable"] else None
+
+        status = poll_until(settled, timeout=120, what="t-0 cleaned, t-1 uncleanable")
+        assert d.proc is not None
+        rss = _peak_rss_mib(d.proc.pid)
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
+    hostile = _partition(status, "t-1")
+    assert hostile["state"] == "uncleanable"
+    assert hostile["failures"] == 3  # a try and two retries, then no more
+    assert bomb.name in hostile["last_error"]
+    assert "at byte 0" in hostile["last_error"]
+    assert "zstd payload decompresses past max.decompressed.message.bytes" in hostile["last_error"]
+    assert rss < 1536
+    assert files_of(part) == before
+    assert not list(logdir.rglob("*.cleaned"))
+
+
+def _partition(status: Any, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(p for p in status["partitions"] if p["tp"] == name)
+    return found
