@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from bombs import bomb_logdir
 
+from cleanerd.format.codecs import Compression
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.dump import log_items
 from cleanerd.inspect.files import segment_logs
@@ -469,3 +472,20 @@ def test_min_tasks_cuts_big_segments_for_the_cores(logdir: Path) -> None:
         parse_options({"path": "/x", "min_tasks": "0"})
     whole = plan(logdir, Bounds(), max_bytes=2**40, committed=False)
     assert plan(logdir, Bounds(), max_bytes=2**40, committed=False, min_tasks=2) == whole
+
+
+def test_a_decompression_bomb_fails_the_task_naming_the_setting(spark: Any, tmp_path: Path) -> None:
+    """A 2 GiB zstd bomb fails its task at the default bound (nothing near 2 GiB is held), and
+    the ``max_decompressed_message_bytes`` option sets the bound for a read."""
+    root = tmp_path / "logs"
+    _, part = bomb_logdir(root, Compression.ZSTD, 2 << 30)
+    with pytest.raises(
+        Exception, match=re.escape("max.decompressed.message.bytes = 134217728")
+    ) as caught:
+        read(spark, part.parent)
+    assert "zstd payload decompresses past" in str(caught.value)
+    small = bomb_logdir(tmp_path / "small", Compression.LZ4, 3 << 20)[1].parent
+    with pytest.raises(Exception, match=re.escape("max.decompressed.message.bytes = 1048576")):
+        read(spark, small, max_decompressed_message_bytes="1m")
+    table, _ = read(spark, small, max_decompressed_message_bytes="4m", skip_corrupt=True)
+    assert table.num_rows == 300  # the bomb decompresses; its record count is what is wrong
