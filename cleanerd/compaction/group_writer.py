@@ -18,6 +18,7 @@ from cleanerd.compaction.throttle import Throttler
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.compaction.writer import CleanedSegmentWriter
 from cleanerd.format import kernels as k
+from cleanerd.format.header import ATTR_CODEC_MASK
 from cleanerd.format.reader import I64, U8
 from cleanerd.storage import chunks as chunks_mod
 from cleanerd.storage.aborted import collect_aborted
@@ -38,8 +39,11 @@ def group_chunks(
     """
     cached = cache.chunks(id(seg)) if cache is not None else None
     if cached is not None:
-        # nothing is read to decide these: take several of pass 1's chunks at a time
-        step = chunks_mod.CHUNK_BYTES * CACHED_CHUNKS
+        # nothing is read to decide these: take several of pass 1's chunks at a time, unless
+        # they are compressed (the batches to rebuild are decompressed together: keep that to
+        # one chunk's worth, as pass 1 did)
+        compressed = any((b[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any() for b, _ in cached)
+        step = chunks_mod.CHUNK_BYTES * (1 if compressed else CACHED_CHUNKS)
         i = 0
         while i < len(cached):
             j, size = i, 0

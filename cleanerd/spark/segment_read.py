@@ -27,6 +27,7 @@ from cleanerd.inspect.files import map_readonly
 from cleanerd.spark.bounds import NO_TIMESTAMP, Bounds
 from cleanerd.spark.columns import CONTROL_CODE, record_batch
 from cleanerd.spark.planning import SegmentRange, Txns
+from cleanerd.storage.chunks import CHUNK_BYTES
 from cleanerd.storage.errors import StorageError
 
 DEFAULT_BATCH_RECORDS = 65_536
@@ -113,15 +114,18 @@ def _aborted(batches: I64, txns: Txns) -> np.ndarray[Any, np.dtype[np.bool_]]:
     return out
 
 
-def _groups(counts: I64, limit: int) -> list[tuple[int, int]]:
-    """Consecutive runs of batches holding about ``limit`` records each (at least one batch)."""
+def _groups(counts: I64, sizes: I64, limit: int) -> list[tuple[int, int]]:
+    """Consecutive runs of batches holding about ``limit`` records each and at most
+    ``CHUNK_BYTES`` of batches (at least one batch): what one record index decompresses at
+    once stays far inside its bound however large the records are."""
     groups: list[tuple[int, int]] = []
-    first, total = 0, 0
-    for i, n in enumerate(counts.tolist()):
-        if total and total + n > limit:
+    first, total, size = 0, 0, 0
+    for i, (n, b) in enumerate(zip(counts.tolist(), sizes.tolist(), strict=True)):
+        if total and (total + n > limit or size + b > CHUNK_BYTES):
             groups.append((first, i))
-            first, total = i, 0
+            first, total, size = i, 0, 0
         total += n
+        size += b
     if first < len(counts):
         groups.append((first, len(counts)))
     return groups
@@ -204,7 +208,7 @@ def _read_range(r: SegmentRange, spec: ReadSpec, stats: RangeStats) -> Iterator[
         raise error
     bad_at = None if error is None else error.position
     kept = batches[_kept_batches(batches, spec.bounds, r.txns)]
-    for first, stop in _groups(kept[:, k.B_COUNT], spec.batch_records):
+    for first, stop in _groups(kept[:, k.B_COUNT], kept[:, k.B_SIZE], spec.batch_records):
         group = kept[first:stop]
         stopped = False
         try:
