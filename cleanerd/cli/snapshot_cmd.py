@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -18,14 +19,21 @@ from typing import Any
 
 import click
 
+from cleanerd.cli.errors import os_error_line
 from cleanerd.cli.options import dedupe_buffer_option, format_option
 from cleanerd.cli.plan import find_targets, load_selection, select, target_options
 from cleanerd.compaction.engine import open_log
 from cleanerd.snapshot.build import DEFAULT_BUDGET, SnapshotResult, create_snapshot, load_state
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, codec_for
 from cleanerd.storage.errors import StorageError
+from cleanerd.storage.log_view import ReadOnlyLog
 from cleanerd.storage.logdir import LogDir
-from cleanerd.storage.snapshot_files import delete_snapshot, list_snapshots
+from cleanerd.storage.snapshot_files import (
+    SnapshotId,
+    delete_snapshot,
+    parse_name,
+    scan_snapshot_dir,
+)
 
 _dedupe = dedupe_buffer_option(
     DEFAULT_BUDGET, "Offset map memory; more keys than fit are done in several passes."
@@ -126,30 +134,54 @@ def _print_result(name: str, r: SnapshotResult, seconds: float, fmt: str) -> Non
 )
 @format_option("text: a line per snapshot; json: one object per snapshot.")
 def list_command(partition_dirs: tuple[Path, ...], fmt: str) -> None:
-    """The snapshots of each partition dir, oldest first, each checked (valid or why not)."""
+    """The snapshots of each partition dir, oldest first, each checked (valid or why not).
+
+    A symlink, FIFO or the like under a snapshot's name is listed as invalid, never opened."""
+    failed = False
     for directory in partition_dirs:
-        for sid, path in list_snapshots(directory):
-            try:
-                with SnapshotReader(path) as reader:
-                    info: dict[str, Any] = {"valid": True, "records": reader.info.records}
-                    info["last_contained_timestamp"] = reader.info.last_contained_timestamp
-            except SnapshotError as e:
-                info = {"valid": False, "problem": e.reason}
-            row = {
-                "partition": directory.name,
-                "end_offset": sid.end_offset,
-                "epoch": sid.epoch,
-                "path": str(path),
-                "bytes": path.stat().st_size,
-                **info,
-            }
-            if fmt == "json":
-                click.echo(json.dumps(row))
-            else:
-                state = (
-                    f"{row['records']} records" if row["valid"] else f"INVALID: {row['problem']}"
-                )
-                click.echo(f"{path}  end {sid.end_offset} epoch {sid.epoch}  {state}")
+        try:
+            found = scan_snapshot_dir(directory)
+        except OSError as e:
+            click.echo(f"{directory.name}: {os_error_line('failed', e)}", err=True)
+            failed = True
+            continue
+        rows: list[tuple[SnapshotId, Path, str | None]] = [
+            (sid, path, None) for sid, path in found.snapshots
+        ]
+        rows += [
+            (sid, path, f"{kind}, not a snapshot file")
+            for path, kind in found.impostors
+            if (sid := parse_name(path.name)) is not None
+        ]
+        for sid, path, problem in sorted(rows, key=lambda r: (r[0], str(r[1]))):
+            _list_row(directory, sid, path, problem, fmt)
+    if failed:
+        raise SystemExit(1)
+
+
+def _list_row(directory: Path, sid: SnapshotId, path: Path, problem: str | None, fmt: str) -> None:
+    info: dict[str, Any] = {"valid": False, "problem": problem, "bytes": None}
+    if problem is None:
+        try:
+            with SnapshotReader(path) as reader:
+                info = {"valid": True, "records": reader.info.records, "bytes": reader.info.size}
+                info["last_contained_timestamp"] = reader.info.last_contained_timestamp
+        except SnapshotError as e:
+            info["problem"] = e.reason
+            with contextlib.suppress(OSError):
+                info["bytes"] = os.lstat(path).st_size
+    row = {
+        "partition": directory.name,
+        "end_offset": sid.end_offset,
+        "epoch": sid.epoch,
+        "path": str(path),
+        **info,
+    }
+    if fmt == "json":
+        click.echo(json.dumps(row))
+    else:
+        state = f"{row['records']} records" if row["valid"] else f"INVALID: {row['problem']}"
+        click.echo(f"{path}  end {sid.end_offset} epoch {sid.epoch}  {state}")
 
 
 @snapshot_group.command("show")
@@ -224,7 +256,7 @@ def load(
     selection = load_selection(config_file, kafka_properties, sets)
     for target, settings in select(find_targets(paths, topic, partition), selection, {}):
         n = 0
-        with open_log(target.directory, settings.log) as log:
+        with ReadOnlyLog(target.directory, settings.log) as log:
             state = load_state(
                 log, settings.strategy, upto=upto, budget_bytes=dedupe_buffer_bytes, warn=_warn
             )
