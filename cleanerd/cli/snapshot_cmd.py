@@ -14,8 +14,9 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -35,9 +36,16 @@ from cleanerd.storage.snapshot_files import (
     scan_snapshot_dir,
 )
 
+F = TypeVar("F", bound=Callable[..., Any])
 _dedupe = dedupe_buffer_option(
     DEFAULT_BUDGET, "Offset map memory; more keys than fit are done in several passes."
 )
+
+
+def _targets(func: F) -> F:
+    """``target_options`` where an unreadable partition is the command's failure, not a usage
+    error: a line naming it and exit 1."""
+    return target_options(func, readable=False)
 
 
 def _warn(message: str) -> None:
@@ -50,7 +58,7 @@ def snapshot_group() -> None:
 
 
 @snapshot_group.command("create")
-@target_options
+@_targets
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
 @_dedupe
 @format_option("text: one line per partition; json: one object per partition.")
@@ -95,6 +103,10 @@ def create(
                     )
             except (SnapshotError, StorageError, ValueError) as e:
                 click.echo(f"{target.directory.name}: failed: {e}", err=True)
+                failed = True
+                continue
+            except OSError as e:  # this partition's (read-only, unreadable, disk full): the next
+                click.echo(f"{target.directory.name}: {os_error_line('failed', e)}", err=True)
                 failed = True
                 continue
             _print_result(target.directory.name, result, time.perf_counter() - started, fmt)
@@ -234,7 +246,7 @@ def _print_record(
 
 
 @snapshot_group.command("load")
-@target_options
+@_targets
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
 @click.option("--count", is_flag=True, help="Print only the number of live keys.")
 @_dedupe
