@@ -189,7 +189,7 @@ def test_numbering_epoch_and_record_count_must_match_what_was_written(tmp_path: 
     doubled = tmp_path / "doubled" / "checkpoints" / good.name
     doubled.parent.mkdir(parents=True)
     doubled.write_bytes(data[: pos + size] + data[pos:])  # one batch twice
-    with pytest.raises(SnapshotError, match="offsets not increasing|offsets overlap"):
+    with pytest.raises(SnapshotError, match=r"offsets not increasing|offsets overlap"):
         SnapshotReader(doubled)
     # the same bytes under another epoch, or an end offset below their record count
     for name, why in (
@@ -676,3 +676,29 @@ def test_load_of_an_unreadable_partition_dir_is_one_line_and_exit_1(
     assert result.stderr == (
         f"error: cleanerd snapshot load: cannot access {part}: Permission denied\n"
     )
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_fetch_writes_through_no_symlink_and_waits_on_no_fifo(
+    kind: str, logdir: Path, tmp_path: Path
+) -> None:
+    """``DIR`` may be a partition's ``checkpoints/``: a symlink or FIFO under the part file's
+    name is refused (one line, exit 1), and the file a symlink points at is left as it was."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    dest = tmp_path / "got"
+    dest.mkdir()
+    part = dest / f"{SID}.checkpoint.part"
+    if kind == "symlink":
+        part.symlink_to(victim)
+    else:
+        os.mkfifo(part)
+    with serving(daemon_routes(_part(logdir))) as base:
+        result = CliRunner().invoke(cli, ["snapshot", "fetch", base + TP, str(dest)])
+    assert result.exit_code == 1, result.output
+    what = "a symbolic link" if kind == "symlink" else "a FIFO"
+    assert result.stderr == (
+        f"Error: {base}{TP}/{SID}: {part} is {what}, not a file; left as it is\n"
+    )
+    assert victim.read_text() == "keep me\n"
+    assert _left_in(dest) == [part.name]  # not ours to delete, and nothing installed

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal, NamedTuple
@@ -34,7 +35,14 @@ from cleanerd.service.snapshot_routes import (
 )
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader
 from cleanerd.storage.checkpoints import fsync_dir
-from cleanerd.storage.snapshot_files import PART_SUFFIX, SUFFIX, SnapshotId, parse_name
+from cleanerd.storage.snapshot_files import (
+    PART_SUFFIX,
+    SUFFIX,
+    SnapshotId,
+    file_kind,
+    open_regular,
+    parse_name,
+)
 
 CHUNK_BYTES = 1 << 20
 ATTEMPTS = 3
@@ -177,7 +185,7 @@ def _declared(resp: aiohttp.ClientResponse, url: URL, sid: SnapshotId, have: int
 
 
 def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_regular(path)
     try:
         os.fsync(fd)
     finally:
@@ -186,9 +194,32 @@ def _fsync(path: Path) -> None:
 
 def _size(path: Path) -> int:
     try:
-        return path.stat().st_size
+        return path.lstat().st_size
     except FileNotFoundError:
         return 0
+
+
+def _regular(path: str | bytes | os.PathLike[str] | os.PathLike[bytes], flags: int) -> int:
+    """The opener of every file the download writes or reads back: ``DIR`` may be a
+    partition's ``checkpoints/``, where a symlink or FIFO under a part file's name must not
+    send the bytes elsewhere or hang the command (``open_regular``)."""
+    return open_regular(Path(os.fsdecode(path)), flags)
+
+
+def _not_ours(url: URL, *paths: Path) -> None:
+    """Refuse (and leave alone) a symlink, FIFO or the like where the download's files go."""
+    for path in paths:
+        try:
+            mode = path.lstat().st_mode
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(mode):
+            raise FetchError(f"{url}: {path} is {file_kind(mode)}, not a file; left as it is")
+
+
+def _write_etag(path: Path, etag: str) -> None:
+    with open(path, "w", opener=_regular) as f:
+        f.write(etag + "\n")
 
 
 def _unlink(*paths: Path) -> None:
@@ -199,7 +230,8 @@ def _unlink(*paths: Path) -> None:
 
 def _read_etag(path: Path) -> str | None:
     try:
-        return path.read_text().strip() or None
+        with open(path, opener=_regular) as f:
+            return f.read(ETAG_BYTES + 1).strip() or None
     except FileNotFoundError:
         return None
 
@@ -246,9 +278,9 @@ async def _attempt(
             mode = "wb"
         etag = resp.headers.get(hdrs.ETAG)
         if etag:
-            await asyncio.to_thread(etag_file.write_text, etag + "\n")
+            await asyncio.to_thread(_write_etag, etag_file, etag)
         room = expected.length
-        async with aiofiles.open(part, mode) as out:
+        async with aiofiles.open(part, mode, opener=_regular) as out:
             async for chunk in resp.content.iter_chunked(CHUNK_BYTES):
                 if len(chunk) > room:
                     raise FetchError(
@@ -301,6 +333,7 @@ async def fetch_snapshot(
             name = snapshot_name(sid)
             part = dest / (name + PART_SUFFIX)
             etag_file = dest / (name + PART_SUFFIX + ETAG_SUFFIX)
+            await asyncio.to_thread(_not_ours, file_url, part, etag_file)
             try:
                 total = await _download(
                     session, file_url, sid, token, (part, etag_file), attempts, report

@@ -83,17 +83,18 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a regular file")
 
 
-def open_regular(path: Path) -> int:
-    """A read-only descriptor of ``path``, which must be a regular file itself.
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+    """A descriptor of ``path`` (read-only unless ``flags`` say otherwise, e.g. a download's
+    ``O_WRONLY | O_CREAT``), which must be a regular file itself.
 
     A symlink is not followed (``O_NOFOLLOW``) and opening a FIFO or a device does not block
     (``O_NONBLOCK``); the descriptor's own ``fstat`` then decides, so a file swapped for another
     kind between a listing and this call is refused too. Raises :class:`NotRegularFileError`
     (an ``OSError``) for anything but a regular file, ``OSError`` when it cannot be opened.
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags, 0o644)
     except OSError as e:
         if e.errno != errno.ELOOP:
             raise
