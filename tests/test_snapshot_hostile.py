@@ -702,3 +702,34 @@ def test_fetch_writes_through_no_symlink_and_waits_on_no_fifo(
     )
     assert victim.read_text() == "keep me\n"
     assert _left_in(dest) == [part.name]  # not ours to delete, and nothing installed
+
+
+def test_read_only_load_skips_a_bad_index_and_refuses_an_interrupted_swap(
+    logdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    part = _part(logdir)
+    load = ["snapshot", "load", "--upto", "5000", str(part)]  # below the snapshot: the log
+    good = CliRunner().invoke(cli, load)
+    assert good.exit_code == 0, good.output
+    assert len(good.stdout.splitlines()) > 1000
+    index = sorted(part.glob("*.index"))[1]
+    index.write_bytes(b"\xff" * 20)  # not whole entries, offsets falling: fails its check
+    with monkeypatch.context() as patch:
+        tried = forbid_writes(patch, logdir)
+        with ReadOnlyLog(part) as log:
+            assert len(log.skipped_indexes) == 1
+            assert str(index) in log.skipped_indexes[0]
+        result = CliRunner().invoke(cli, load)
+    assert tried == []
+    assert result.exit_code == 0, result.output
+    assert result.stdout == good.stdout  # the segment read from its first byte instead
+    assert index.read_bytes() == b"\xff" * 20  # not rebuilt
+
+    swap = part / f"{3000:020d}.log.swap"
+    swap.write_bytes(b"")
+    result = CliRunner().invoke(cli, ["snapshot", "load", "--count", str(part)])
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"error: cleanerd snapshot load: {part}: an interrupted swap ({swap.name}); reading it "
+        "needs a writer to finish it first (cleanerd compact or the daemon)\n"
+    )

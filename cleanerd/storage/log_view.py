@@ -67,17 +67,20 @@ class ReadOnlyLog:
         self.skipped_indexes: list[str] = []
         self._producers: ProducerSnapshot | None = None
         lock = PartitionWriterLock(self.directory)
-        with lock:
-            swaps = sorted(n for n in os.listdir(self.directory) if n.endswith(SWAP_SUFFIX))
-            if swaps:
-                raise StorageError(
-                    f"{self.directory}: an interrupted swap ({', '.join(swaps)}); reading it "
-                    "needs a writer to finish it first (cleanerd compact or the daemon)"
-                )
-            self.segments: list[LogSegment] = [
-                self._open_segment(base) for base in sorted(list_logs(self.directory))
-            ]
-        lock.close()
+        try:
+            with lock:
+                self.segments: list[LogSegment] = self._open_segments()
+        finally:
+            lock.close()
+
+    def _open_segments(self) -> list[LogSegment]:
+        swaps = sorted(n for n in os.listdir(self.directory) if n.endswith(SWAP_SUFFIX))
+        if swaps:
+            raise StorageError(
+                f"{self.directory}: an interrupted swap ({', '.join(swaps)}); reading it "
+                "needs a writer to finish it first (cleanerd compact or the daemon)"
+            )
+        return [self._open_segment(base) for base in sorted(list_logs(self.directory))]
 
     def _open_segment(self, base: int) -> LogSegment:
         seg = LogSegment(self.directory, base, self.config)
