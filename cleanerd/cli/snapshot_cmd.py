@@ -11,25 +11,41 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
+from cleanerd.cli.errors import os_error_line
 from cleanerd.cli.options import dedupe_buffer_option, format_option
 from cleanerd.cli.plan import find_targets, load_selection, select, target_options
 from cleanerd.compaction.engine import open_log
 from cleanerd.snapshot.build import DEFAULT_BUDGET, SnapshotResult, create_snapshot, load_state
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, codec_for
 from cleanerd.storage.errors import StorageError
+from cleanerd.storage.log_view import ReadOnlyLog
 from cleanerd.storage.logdir import LogDir
-from cleanerd.storage.snapshot_files import delete_snapshot, list_snapshots
+from cleanerd.storage.snapshot_files import (
+    SnapshotId,
+    delete_snapshot,
+    parse_name,
+    scan_snapshot_dir,
+)
 
+F = TypeVar("F", bound=Callable[..., Any])
 _dedupe = dedupe_buffer_option(
     DEFAULT_BUDGET, "Offset map memory; more keys than fit are done in several passes."
 )
+
+
+def _targets(func: F) -> F:
+    """``target_options`` where an unreadable partition is the command's failure, not a usage
+    error: a line naming it and exit 1."""
+    return target_options(func, readable=False)
 
 
 def _warn(message: str) -> None:
@@ -42,7 +58,7 @@ def snapshot_group() -> None:
 
 
 @snapshot_group.command("create")
-@target_options
+@_targets
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
 @_dedupe
 @format_option("text: one line per partition; json: one object per partition.")
@@ -89,6 +105,10 @@ def create(
                 click.echo(f"{target.directory.name}: failed: {e}", err=True)
                 failed = True
                 continue
+            except OSError as e:  # this partition's (read-only, unreadable, disk full): the next
+                click.echo(f"{target.directory.name}: {os_error_line('failed', e)}", err=True)
+                failed = True
+                continue
             _print_result(target.directory.name, result, time.perf_counter() - started, fmt)
     if failed:
         raise SystemExit(1)
@@ -126,30 +146,54 @@ def _print_result(name: str, r: SnapshotResult, seconds: float, fmt: str) -> Non
 )
 @format_option("text: a line per snapshot; json: one object per snapshot.")
 def list_command(partition_dirs: tuple[Path, ...], fmt: str) -> None:
-    """The snapshots of each partition dir, oldest first, each checked (valid or why not)."""
+    """The snapshots of each partition dir, oldest first, each checked (valid or why not).
+
+    A symlink, FIFO or the like under a snapshot's name is listed as invalid, never opened."""
+    failed = False
     for directory in partition_dirs:
-        for sid, path in list_snapshots(directory):
-            try:
-                with SnapshotReader(path) as reader:
-                    info: dict[str, Any] = {"valid": True, "records": reader.info.records}
-                    info["last_contained_timestamp"] = reader.info.last_contained_timestamp
-            except SnapshotError as e:
-                info = {"valid": False, "problem": e.reason}
-            row = {
-                "partition": directory.name,
-                "end_offset": sid.end_offset,
-                "epoch": sid.epoch,
-                "path": str(path),
-                "bytes": path.stat().st_size,
-                **info,
-            }
-            if fmt == "json":
-                click.echo(json.dumps(row))
-            else:
-                state = (
-                    f"{row['records']} records" if row["valid"] else f"INVALID: {row['problem']}"
-                )
-                click.echo(f"{path}  end {sid.end_offset} epoch {sid.epoch}  {state}")
+        try:
+            found = scan_snapshot_dir(directory)
+        except OSError as e:
+            click.echo(f"{directory.name}: {os_error_line('failed', e)}", err=True)
+            failed = True
+            continue
+        rows: list[tuple[SnapshotId, Path, str | None]] = [
+            (sid, path, None) for sid, path in found.snapshots
+        ]
+        rows += [
+            (sid, path, f"{kind}, not a snapshot file")
+            for path, kind in found.impostors
+            if (sid := parse_name(path.name)) is not None
+        ]
+        for sid, path, problem in sorted(rows, key=lambda r: (r[0], str(r[1]))):
+            _list_row(directory, sid, path, problem, fmt)
+    if failed:
+        raise SystemExit(1)
+
+
+def _list_row(directory: Path, sid: SnapshotId, path: Path, problem: str | None, fmt: str) -> None:
+    info: dict[str, Any] = {"valid": False, "problem": problem, "bytes": None}
+    if problem is None:
+        try:
+            with SnapshotReader(path) as reader:
+                info = {"valid": True, "records": reader.info.records, "bytes": reader.info.size}
+                info["last_contained_timestamp"] = reader.info.last_contained_timestamp
+        except SnapshotError as e:
+            info["problem"] = e.reason
+            with contextlib.suppress(OSError):
+                info["bytes"] = os.lstat(path).st_size
+    row = {
+        "partition": directory.name,
+        "end_offset": sid.end_offset,
+        "epoch": sid.epoch,
+        "path": str(path),
+        **info,
+    }
+    if fmt == "json":
+        click.echo(json.dumps(row))
+    else:
+        state = f"{row['records']} records" if row["valid"] else f"INVALID: {row['problem']}"
+        click.echo(f"{path}  end {sid.end_offset} epoch {sid.epoch}  {state}")
 
 
 @snapshot_group.command("show")
@@ -202,7 +246,7 @@ def _print_record(
 
 
 @snapshot_group.command("load")
-@target_options
+@_targets
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
 @click.option("--count", is_flag=True, help="Print only the number of live keys.")
 @_dedupe
@@ -224,7 +268,7 @@ def load(
     selection = load_selection(config_file, kafka_properties, sets)
     for target, settings in select(find_targets(paths, topic, partition), selection, {}):
         n = 0
-        with open_log(target.directory, settings.log) as log:
+        with ReadOnlyLog(target.directory, settings.log) as log:
             state = load_state(
                 log, settings.strategy, upto=upto, budget_bytes=dedupe_buffer_bytes, warn=_warn
             )

@@ -33,7 +33,7 @@ from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
-from cleanerd.storage.snapshot_files import PART_SUFFIX, list_snapshots, snapshot_dir
+from cleanerd.storage.snapshot_files import PART_SUFFIX, scan_snapshot_dir, snapshot_dir
 from cleanerd.storage.swap import leftover_temp_files
 
 LOG_DIR = "log_dir"
@@ -220,14 +220,27 @@ def verify_partition(directory: Path) -> PartitionReport:
 
 def _check_snapshots(directory: Path, report: PartitionReport) -> None:
     """Every KIP-630 snapshot in ``checkpoints/`` whole and valid (CRCs, header first, footer
-    last); a ``.part`` left by a killed writer is a note (the next snapshot removes it)."""
-    for _, path in list_snapshots(directory):
+    last, offsets numbered as written); a symlink, FIFO or the like under a snapshot's name is a
+    problem (it is never opened); a ``.part`` left by a killed writer is a note (the next
+    snapshot removes it)."""
+    try:
+        found = scan_snapshot_dir(directory)
+    except OSError as exc:
+        report.own_problems.append(
+            Problem(str(snapshot_dir(directory)), "snapshot", f"cannot list: {exc.strerror}")
+        )
+        return
+    for _, path in found.snapshots:
         try:
             SnapshotReader(path).close()
         except SnapshotError as exc:
             report.own_problems.append(Problem(str(path), "snapshot", exc.reason))
+    for path, kind in found.impostors:
+        report.own_problems.append(
+            Problem(str(path), "snapshot", f"{kind}, not a snapshot file; never read")
+        )
     snapshots = snapshot_dir(directory)
-    if snapshots.is_dir():
+    if snapshots.is_dir() and not snapshots.is_symlink():
         for p in sorted(snapshots.iterdir()):
             if p.name.endswith(PART_SUFFIX):
                 report.own_notes.append(

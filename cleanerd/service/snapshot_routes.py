@@ -4,8 +4,10 @@ Kafka's FetchSnapshot hands out a snapshot in position-addressed chunks so that 
 resume; HTTP ranges give the same thing, and ``web.FileResponse`` serves them with sendfile from
 the loop without reading the file into Python. The id in the URL is the file name stem
 (``<end offset, 20 digits>-<epoch, 10 digits>``) and nothing else, so no request can name a path
-outside ``checkpoints/`` or an unfinished ``.part`` file. A snapshot holds every live record of a
-partition, so these routes follow the admin rule (loopback peer or bearer token).
+outside ``checkpoints/`` or an unfinished ``.part`` file; and only a regular file of that name is
+listed or served (``snapshot_files.open_regular``), never what a symlink points at or a FIFO. A
+snapshot holds every live record of a partition, so these routes follow the admin rule
+(loopback peer or bearer token).
 
 aiohttp honours ``If-Range`` only as a date; a resuming client sends the ETag instead, so a stale
 ETag is handled here: the Range header is dropped and the whole file comes back with 200.
@@ -27,6 +29,7 @@ from cleanerd.storage.snapshot_files import (
     SUFFIX,
     SnapshotId,
     list_snapshots,
+    open_regular,
     parse_name,
     snapshot_path,
 )
@@ -78,13 +81,24 @@ class SnapshotFileResponse(web.FileResponse):
         return await super().prepare(request)
 
 
+def regular_stat(path: Path) -> os.stat_result:
+    """The stat of ``path`` when it is a regular file itself (``open_regular``'s rule);
+    ``OSError`` (``NotRegularFileError`` for a symlink, FIFO, ...) otherwise."""
+    fd = open_regular(path)
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
 def _listing(directory: Path) -> list[dict[str, Any]]:
-    """Finished snapshots, oldest first, with their sizes (a file deleted meanwhile is left out)."""
+    """Finished snapshots, oldest first, with their sizes (a file deleted or replaced by
+    something else meanwhile is left out)."""
     rows = []
     for sid, path in list_snapshots(directory):
         try:
-            size = path.stat().st_size
-        except FileNotFoundError:
+            size = regular_stat(path).st_size
+        except OSError:
             continue
         rows.append(
             {
@@ -139,8 +153,8 @@ def add_snapshot_routes(
             )
         path = snapshot_path(directory, sid)
         try:
-            st = await asyncio.to_thread(os.stat, path)
-        except FileNotFoundError:
+            st = await asyncio.to_thread(regular_stat, path)
+        except OSError:  # missing, or a symlink, FIFO, ... under a snapshot's name
             return error(404, f"no snapshot {name} in {directory.name}")
         etag = file_etag(st)
         headers = {

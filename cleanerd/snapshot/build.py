@@ -13,13 +13,15 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from cleanerd.compaction.engine import open_log as open_partition
 from cleanerd.format.codecs import Compression
 from cleanerd.format.records import Record
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
 from cleanerd.snapshot.state import Source, live_records, log_candidates, snapshot_candidates
+from cleanerd.storage.log_view import ReadOnlyLog
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.snapshot_files import SnapshotId, list_snapshots, remove_leftovers
 from cleanerd.topic_model import StrategyConfig
 
@@ -30,6 +32,25 @@ DEFAULT_BUDGET = 128 * 1024 * 1024
 
 def _ignore(message: str) -> None:
     del message
+
+
+class LogView(Protocol):
+    """What reading a state needs of a log: a ``PartitionLog`` (the writers' and the daemon's)
+    or a ``ReadOnlyLog`` (``snapshot load``, which must not write)."""
+
+    directory: Path
+    segments: list[LogSegment]
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    def last_stable_offset(self) -> int: ...
 
 
 @dataclass
@@ -46,13 +67,13 @@ class StatePlan:
         return None if self.base is None else self.base.sid
 
 
-def end_offset_for(log: PartitionLog, upto: int | None = None) -> int:
+def end_offset_for(log: LogView, upto: int | None = None) -> int:
     """``upto`` or the high watermark, capped at the last stable offset."""
     end = log.high_watermark if upto is None else min(upto, log.log_end_offset)
     return min(end, log.last_stable_offset())
 
 
-def plan_state(log: PartitionLog, end: int, warn: Warn = _ignore) -> StatePlan:
+def plan_state(log: LogView, end: int, warn: Warn = _ignore) -> StatePlan:
     """The newest valid snapshot that can start the state at ``end``, opened (its caller closes
     it), and the log offset the replay starts from."""
     start = log.log_start_offset
@@ -83,7 +104,7 @@ def plan_state(log: PartitionLog, end: int, warn: Warn = _ignore) -> StatePlan:
     return plan
 
 
-def _sources(log: PartitionLog, plan: StatePlan) -> tuple[list[Source], int]:
+def _sources(log: LogView, plan: StatePlan) -> tuple[list[Source], int]:
     sources: list[Source] = []
     bound = max(0, plan.end_offset - plan.replay_from)
     if plan.base is not None:
@@ -94,7 +115,7 @@ def _sources(log: PartitionLog, plan: StatePlan) -> tuple[list[Source], int]:
 
 
 def load_state(
-    log: PartitionLog | Path,
+    log: LogView | Path,
     strategy: StrategyConfig | None = None,
     *,
     upto: int | None = None,
@@ -104,11 +125,11 @@ def load_state(
     """The materialised state (each live key's record) below ``upto`` (default: the high
     watermark, capped at the LSO): newest valid snapshot, then the log after it.
 
-    ``log`` is an open partition or a partition dir (opened for the walk, then closed);
-    ``strategy`` is the topic's (default: offset)."""
+    ``log`` is an open partition or a partition dir (opened read-only for the walk, then
+    closed: ``ReadOnlyLog``); ``strategy`` is the topic's (default: offset)."""
     strategy = strategy or StrategyConfig()
-    if not isinstance(log, PartitionLog):
-        with open_partition(log) as opened:
+    if isinstance(log, Path):
+        with ReadOnlyLog(log) as opened:
             yield from load_state(opened, strategy, upto=upto, budget_bytes=budget_bytes, warn=warn)
         return
     end = end_offset_for(log, upto)

@@ -30,6 +30,7 @@ from cleanerd.storage.checkpoints import fsync_dir
 from cleanerd.storage.snapshot_files import (
     PART_SUFFIX,
     SnapshotId,
+    open_regular,
     parse_name,
     snapshot_dir,
     snapshot_path,
@@ -213,20 +214,25 @@ class SnapshotReader:
     """A validated snapshot, open for streaming its records (a context manager).
 
     Opening checks the whole file before anything is trusted: every batch's CRC, the header
-    first, the footer last with nothing after it, no control batch between. Raises
-    :class:`SnapshotError` naming the file and the problem.
+    first, the footer last with nothing after it, no control batch between, and the numbering
+    the writer gives (``_check_numbering``). Only a regular file is opened (no symlink followed,
+    no FIFO waited on). ``sid`` is the id the file must match, by default the one its name
+    gives (none for another name). Raises :class:`SnapshotError` naming the file and the problem.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, sid: SnapshotId | None = None) -> None:
         self.path = Path(path)
-        self.sid: SnapshotId | None = parse_name(self.path.name)
+        self.sid: SnapshotId | None = sid or parse_name(self.path.name)
         self._map: mmap.mmap | None = None
         try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
+            fd = open_regular(self.path)
+            try:
+                size = os.fstat(fd).st_size
                 if size == 0:
                     raise SnapshotError(self.path, "empty file")
-                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
         except OSError as e:
             raise SnapshotError(self.path, f"cannot read: {e.strerror or e}") from e
         try:
@@ -261,7 +267,40 @@ class SnapshotReader:
             if b.header.is_control:
                 raise ValueError(f"a control batch inside the data (byte {b.position})")
             records += b.header.records_count
+        self._check_numbering(records)
         return SnapshotInfo(self.path, last_ts, records, len(batches), size)
+
+    def _check_numbering(self, records: int) -> None:
+        """The writer numbers every record from 0 (header 0, data 1..n, footer n + 1), in
+        batches whose offsets follow each other, all with the snapshot's epoch. A batch cut out
+        (or put twice) leaves a hole (or an overlap) even when every CRC is valid, and the
+        footer's offset is the record count the file was written with. A snapshot of the
+        offsets below its end offset cannot hold more records than that end offset."""
+        expected = 0
+        for b in self._batches:
+            h = b.header
+            if h.base_offset != expected:
+                what = "a batch is missing" if h.base_offset > expected else "offsets overlap"
+                raise ValueError(
+                    f"the batch at byte {b.position} starts at offset {h.base_offset}, "
+                    f"not {expected}: {what}"
+                )
+            if h.last_offset - h.base_offset + 1 != h.records_count:
+                raise ValueError(
+                    f"the batch at byte {b.position} holds {h.records_count} records over "
+                    f"offsets {h.base_offset}..{h.last_offset}"
+                )
+            if self.sid is not None and h.partition_leader_epoch != self.sid.epoch:
+                raise ValueError(
+                    f"the batch at byte {b.position} has leader epoch "
+                    f"{h.partition_leader_epoch}, the name says {self.sid.epoch}"
+                )
+            expected = h.last_offset + 1
+        if self.sid is not None and records > self.sid.end_offset:
+            raise ValueError(
+                f"{records} records, more than the {self.sid.end_offset} offsets below the end "
+                "offset the name gives"
+            )
 
     @property
     def buffer(self) -> mmap.mmap:

@@ -7,13 +7,20 @@ snapshot still needs (``oldest_snapshot_end``).
 document's place, a sub-directory, so a snapshot never looks like a segment to the log's own
 open, recovery or verify. In-progress files end in ``.checkpoint.part``, deleted ones are renamed
 to ``.checkpoint.deleted`` first, as Kafka's ``Snapshots`` does.
+
+A name is not a file: anyone who can write to ``checkpoints/`` can put a symlink (to
+``/etc/passwd``), a FIFO (a reader blocks forever) or a directory there under a snapshot's name.
+Only regular files count as snapshots, and every read goes through :func:`open_regular`, which
+follows no symlink and never blocks.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,30 +62,122 @@ def parse_name(name: str) -> SnapshotId | None:
     return SnapshotId(int(m.group(1)), int(m.group(2))) if m else None
 
 
-def list_snapshots(partition_dir: Path) -> list[tuple[SnapshotId, Path]]:
-    """Finished snapshots, oldest first (``.part`` and ``.deleted`` files are not snapshots)."""
+class NotRegularFileError(OSError):
+    """A path that is a symlink, FIFO, device, socket or directory where a file was expected."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"not a regular file ({kind})", str(path))
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str:
+    """What ``st_mode`` is, in words (for messages about a file that is not a regular one)."""
+    kinds = (
+        (stat.S_ISLNK, "a symbolic link"),
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), "a regular file")
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+    """A descriptor of ``path`` (read-only unless ``flags`` say otherwise, e.g. a download's
+    ``O_WRONLY | O_CREAT``), which must be a regular file itself.
+
+    A symlink is not followed (``O_NOFOLLOW``) and opening a FIFO or a device does not block
+    (``O_NONBLOCK``); the descriptor's own ``fstat`` then decides, so a file swapped for another
+    kind between a listing and this call is refused too. Raises :class:`NotRegularFileError`
+    (an ``OSError``) for anything but a regular file, ``OSError`` when it cannot be opened.
+    """
+    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as e:
+        if e.errno != errno.ELOOP:
+            raise
+        raise NotRegularFileError(Path(path), _lstat_kind(path)) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(Path(path), file_kind(mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _lstat_kind(path: Path) -> str:
+    try:
+        return file_kind(os.lstat(path).st_mode)
+    except OSError:
+        return "a symbolic link"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotDir:
+    """What ``checkpoints/`` holds under snapshot names: the regular files (the snapshots,
+    oldest first) and the other entries, which are never opened (path, what it is)."""
+
+    snapshots: list[tuple[SnapshotId, Path]]
+    impostors: list[tuple[Path, str]]
+
+
+def scan_snapshot_dir(partition_dir: Path) -> SnapshotDir:
+    """``checkpoints/`` read without following links: a ``checkpoints`` that is itself a
+    symlink holds no snapshot (it is reported as an impostor)."""
     directory = snapshot_dir(partition_dir)
     try:
-        names = os.listdir(directory)
+        mode = os.lstat(directory).st_mode
     except FileNotFoundError:
-        return []
-    found = [(sid, directory / n) for n in names if (sid := parse_name(n)) is not None]
-    return sorted(found)
+        return SnapshotDir([], [])
+    if not stat.S_ISDIR(mode):
+        return SnapshotDir([], [(directory, file_kind(mode))])
+    found: list[tuple[SnapshotId, Path]] = []
+    impostors: list[tuple[Path, str]] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            sid = parse_name(entry.name)
+            if sid is None:
+                continue
+            path = directory / entry.name
+            try:
+                regular = entry.is_file(follow_symlinks=False)
+                kind = "" if regular else file_kind(entry.stat(follow_symlinks=False).st_mode)
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            if regular:
+                found.append((sid, path))
+            else:
+                impostors.append((path, kind))
+    return SnapshotDir(sorted(found), sorted(impostors))
+
+
+def list_snapshots(partition_dir: Path) -> list[tuple[SnapshotId, Path]]:
+    """Finished snapshots, oldest first: regular files named ``<id>.checkpoint`` (``.part`` and
+    ``.deleted`` files, symlinks, FIFOs and the like are not snapshots)."""
+    return scan_snapshot_dir(partition_dir).snapshots
 
 
 def remove_leftovers(partition_dir: Path) -> list[Path]:
     """Delete ``.part`` files (a write cut short) and ``.deleted`` files (a delete cut short)."""
     directory = snapshot_dir(partition_dir)
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
+    if not os.path.isdir(directory) or os.path.islink(directory):
         return []
     gone = []
-    for name in names:
-        if name.endswith(PART_SUFFIX) or name.endswith(DELETED_SUFFIX):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(directory / name)
-            gone.append(directory / name)
+    with os.scandir(directory) as entries:
+        doomed = [
+            e.name
+            for e in entries
+            if e.name.endswith((PART_SUFFIX, DELETED_SUFFIX))
+            and not e.is_dir(follow_symlinks=False)
+        ]
+    for name in doomed:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / name)  # a symlink goes, never what it points at
+        gone.append(directory / name)
     if gone:
         fsync_dir(directory)
     return gone
