@@ -24,6 +24,7 @@ from cleanerd.cli.errors import os_error_line
 from cleanerd.cli.options import dedupe_buffer_option, format_option
 from cleanerd.cli.plan import find_targets, load_selection, select, target_options
 from cleanerd.compaction.engine import open_log
+from cleanerd.format.codecs import limit_decompression
 from cleanerd.snapshot.build import DEFAULT_BUDGET, SnapshotResult, create_snapshot, load_state
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, codec_for
 from cleanerd.storage.errors import StorageError
@@ -268,7 +269,8 @@ def load(
     selection = load_selection(config_file, kafka_properties, sets)
     for target, settings in select(find_targets(paths, topic, partition), selection, {}):
         n = 0
-        with ReadOnlyLog(target.directory, settings.log) as log:
+        bound = limit_decompression(settings.log.max_decompressed_message_bytes)
+        with bound, ReadOnlyLog(target.directory, settings.log) as log:
             state = load_state(
                 log, settings.strategy, upto=upto, budget_bytes=dedupe_buffer_bytes, warn=_warn
             )
