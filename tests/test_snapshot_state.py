@@ -190,3 +190,19 @@ def test_cleaning_keeps_the_tombstones_a_snapshot_replay_needs(tmp_path: Path) -
     assert loaded(logs["with"], strategy, 1 << 20) == want
     for log in logs.values():
         log.close()
+
+
+def test_retention_counts_only_valid_snapshots(tmp_path: Path) -> None:
+    """A damaged newest snapshot does not push out the valid one a reader falls back to."""
+    log = PartitionLog.create(tmp_path / "t-0")
+    for round_ in range(3):
+        log.append([Record(0, 1000, b"k%d" % i, b"r%d" % round_) for i in range(5)])
+        assert create_snapshot(log, _strategy("offset")).sid is not None
+    paths = [p for _, p in list_snapshots(log.directory)]
+    newest = paths[-1]
+    newest.write_bytes(newest.read_bytes()[:-5])  # no footer any more
+    assert apply_retention(log.directory, 1) == paths[:1]
+    assert [p for _, p in list_snapshots(log.directory)] == paths[1:]
+    want = {b"k%d" % i: (b"r2", 1000) for i in range(5)}  # the log after the valid one
+    assert loaded(log, _strategy("offset"), 1 << 20) == want
+    log.close()

@@ -22,9 +22,24 @@ from cleanerd.storage.snapshot_files import delete_snapshot, list_snapshots
 
 
 def apply_retention(partition_dir: Path, keep: int) -> list[Path]:
-    """Delete all but the newest ``keep`` snapshots (at least one is always kept)."""
+    """Delete the snapshots older than the newest ``keep`` valid ones (at least one is kept).
+
+    Only valid snapshots count: a damaged newest one (bit rot, a bad copy, a cut batch) must
+    not push out the valid one a reader would fall back to. Invalid ones newer than that are
+    left for the operator (``verify`` and ``snapshot list`` name them)."""
     snapshots = list_snapshots(partition_dir)
-    doomed = [path for _, path in snapshots[: max(0, len(snapshots) - max(keep, 1))]]
+    valid = 0
+    cut = 0  # snapshots[:cut] go
+    for i in range(len(snapshots) - 1, -1, -1):
+        if valid >= max(keep, 1):
+            cut = i + 1
+            break
+        try:
+            SnapshotReader(snapshots[i][1]).close()
+        except SnapshotError:
+            continue
+        valid += 1
+    doomed = [path for _, path in snapshots[:cut]]
     for path in doomed:
         delete_snapshot(path)
     return doomed
