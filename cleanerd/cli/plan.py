@@ -161,7 +161,8 @@ def target_options(func: F) -> F:
             nargs=-1,
             required=True,
             metavar="LOGDIR|PARTITION_DIR...",
-            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            # an unreadable dir is the data's or the system's problem (exit 1), not usage
+            type=click.Path(exists=True, file_okay=False, readable=False, path_type=Path),
         ),
         click.option("--topic", help="Only this topic (a glob is accepted)."),
         click.option("--partition", type=click.IntRange(min=0), help="Only this partition."),

@@ -202,7 +202,7 @@ def _verify_or_unreadable(directory: Path) -> PartitionReport:
         where = directory if exc.filename is None else Path(os.fsdecode(exc.filename))
         reason = exc.strerror or str(exc)
         report = PartitionReport(directory.name, directory)
-        report.own_problems.append(Problem(str(where), "unreadable", f"cannot access: {reason}"))
+        report.own_problems.append(Problem(str(where), "unreadable", reason))
         return report
 
 

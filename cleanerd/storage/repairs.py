@@ -91,10 +91,13 @@ class Repairs:
         """Put the index files back where no ``.log`` changed; what the dir holds now, in words."""
         try:
             lock = PartitionWriterLock(self.directory)
-        except StorageError:  # the dir is gone: nothing to put back
+            lock.acquire()
+        except (StorageError, OSError):  # the dir is gone or unreadable: nothing to put back
             return describe(changed_files(self.directory, self.before))
-        with lock:
+        try:
             return self._undo()
+        finally:
+            lock.release()
 
     def _undo(self) -> str:
         changed = changed_files(self.directory, self.before)
