@@ -465,3 +465,12 @@ def test_files_verify_does_not_check_are_usage_errors(part: Path, name: str) -> 
     assert result.exit_code == 2, result.output
     assert "verify takes a log dir, a partition dir, or a segment's .log" in result.stderr
     assert str(path) in result.stderr
+
+
+def test_a_segment_file_of_the_current_dir(part: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cleanerd verify 00000000000000000000.log`` from inside the partition dir."""
+    monkeypatch.chdir(part)
+    name = segments(part)[0].name
+    result = run(name)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip().endswith(f"verify {name}: OK (1 segment of events-0)")

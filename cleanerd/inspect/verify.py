@@ -222,7 +222,7 @@ def verify_segment(path: Path) -> VerifyReport:
             + (" (a swap's leftover: verify its partition dir)" if kind in _SEGMENT_FILES else "")
         )
     directory = path.parent
-    part = PartitionReport(directory.name, directory)
+    part = PartitionReport(directory.absolute().name, directory)  # "." names no partition
     report = VerifyReport(path, SEGMENT, [part])
     base = base_offset_of(path)
     if base is None:  # classify already requires it of an index file
