@@ -11,8 +11,8 @@ Exit codes: 0 when everything decoded; 1 when some file is corrupt (everything v
 problem is printed first, then an error on stderr naming the file, byte position and last good
 offset; later paths are still dumped), an index fails its check or does not match its log, a
 path cannot be read (one line naming it), or stdout was closed early (``| head``); 2 for a
-usage error: a missing path or a file that is not
-a kind ``dump`` knows (checked for every path before anything is printed).
+usage error: a missing path or a file that is not a kind ``dump`` knows (checked for every path
+before anything is printed).
 """
 
 from __future__ import annotations
