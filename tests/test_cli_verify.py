@@ -395,3 +395,82 @@ def test_real_process(logdir: Path, part: Path) -> None:
     assert json.loads(done.stdout)["problem_count"] == 1
     done = subprocess.run([*cmd, str(logdir / "nope")], capture_output=True, text=True, check=False)
     assert done.returncode == 2
+
+
+# --- a segment named by one of its files --------------------------------------------------------
+def test_a_segment_file_checks_that_segment_only(part: Path) -> None:
+    """Damage in another segment is not this segment's; this one's is found, whichever of its
+    files names it."""
+    segs = segments(part)
+    first, second = segs[0], segs[1]
+    index = second.with_suffix(".index")
+    index.write_bytes(index.read_bytes() + b"\x01")  # the second segment's damage
+    data = report(first)
+    assert (data["kind"], data["ok"], data["problem_count"]) == ("segment", True, 0)
+    (only_part,) = data["partitions"]
+    assert (only_part["name"], only_part["segments"]) == ("events-0", 1)
+    assert only_part["first_offset"] == batches(first)[0][2]
+    assert only_part["last_offset"] == batches(first)[-1][3]
+    result = run(first)
+    assert result.exit_code == 0, result.stdout
+    assert result.stdout.rstrip().endswith(f"verify {first}: OK (1 segment of events-0)")
+
+    for named in (second, index, second.with_suffix(".timeindex")):
+        problem = only(named, "offset-index", index)
+        assert f"length {len(index.read_bytes())}" in problem["message"], problem
+        assert run(named).exit_code == 1
+
+
+def test_a_txnindex_file_is_checked_against_the_markers_before_it(part: Path) -> None:
+    (path,) = part.glob("*.txnindex")
+    assert path.stem != segments(part)[0].stem  # a later segment: the log before it is read too
+    assert report(path)["ok"] is True
+    with TransactionIndex(path, int(path.stem)) as txns:
+        (entry,) = txns.all_aborted()
+        txns.append(AbortedTxn(PID, entry.last_offset, entry.last_offset + 1, 0))
+    problem = only(path, "txn-index", path)
+    want = f"no ABORT marker of producer {PID} at offset {entry.last_offset + 1}"
+    assert want in problem["message"]
+    assert report(path.with_suffix(".log"))["ok"] is False
+
+
+def test_a_segment_overlapping_the_next_one(part: Path) -> None:
+    first, second = segments(part)[:2]
+    last = batches(first)[-1][3]
+    for p in part.glob(f"{second.stem}.*"):
+        p.rename(p.with_name(f"{last:020d}{p.suffix}"))
+    problem = only(first, "offsets", first)
+    assert f"last batch ends at offset {last}" in problem["message"]
+
+
+def test_an_index_whose_log_is_gone(part: Path) -> None:
+    orphan = part / f"{10**9:020d}.timeindex"
+    orphan.write_bytes(b"")
+    only(orphan, "orphan-index", orphan)
+
+
+def test_a_missing_segment_file(part: Path) -> None:
+    for name in (f"{10**9:020d}.log", f"{10**9:020d}.index"):
+        result = run(part / name)
+        assert result.exit_code == 2
+        assert f"'{part / name}' does not exist" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["leader-epoch-checkpoint", "notes.txt", "0.log.swap"])
+def test_files_verify_does_not_check_are_usage_errors(part: Path, name: str) -> None:
+    path = part / name
+    if not path.exists():
+        path.write_bytes(b"")
+    result = run(path)
+    assert result.exit_code == 2, result.output
+    assert "verify takes a log dir, a partition dir, or a segment's .log" in result.stderr
+    assert str(path) in result.stderr
+
+
+def test_a_segment_file_of_the_current_dir(part: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cleanerd verify 00000000000000000000.log`` from inside the partition dir."""
+    monkeypatch.chdir(part)
+    name = segments(part)[0].name
+    result = run(name)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip().endswith(f"verify {name}: OK (1 segment of events-0)")

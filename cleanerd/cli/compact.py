@@ -12,8 +12,10 @@ first (an empty segment at the log end, on the copy for a dry run) so a stopped 
 archived log dir is compacted whole; without it a partition left with nothing cleanable gets a
 note saying why.
 
-Exit codes: 0 all partitions compacted; 1 a log dir is locked (nothing done) or some partition
-failed (corrupt segment...: that partition is left as it was, the others are compacted); 2 usage.
+Exit codes: 0 all partitions compacted; 1 a log dir is locked (nothing done), a PARTITION_DIR
+named cannot be read (one line naming it), or some partition failed (corrupt segment, a
+partition dir of LOGDIR that cannot be read...: that partition is left as it was and named with
+the file and the reason, the others are compacted); 2 usage.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 
+from cleanerd.cli.errors import os_error_text
 from cleanerd.cli.options import cleaning_options, dedupe_buffer_option, format_option
 from cleanerd.cli.plan import Job, find_targets, load_selection, select, target_options
 from cleanerd.cli.tables import iec_size, table_console
@@ -148,7 +151,7 @@ def compact(
                 except StorageError as e:
                     click.echo(f"Error: {e}", err=True)
                     raise SystemExit(1) from None
-        _warn_unused_checkpoints(jobs)
+        _warn_unused_checkpoints({t.directory.parent / RECOVERY_POINT_CHECKPOINT for t, _ in jobs})
         results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, roll_active, fmt)
     if fmt == "text":
         _print_table(results, failures, dry_run)
@@ -156,23 +159,25 @@ def compact(
         raise SystemExit(1)
 
 
-def _warn_unused_checkpoints(jobs: list[Job]) -> None:
+def _warn_unused_checkpoints(paths: set[Path]) -> None:
     """Checkpoints compaction does not depend on (Kafka's recovery point, the leader epochs) are
     checked as ``verify`` checks them: a bad one is a warning naming the file and line. Those it
-    depends on (cleaner offsets, log start, high watermark) fail the partition when read."""
-    paths = {t.directory.parent / RECOVERY_POINT_CHECKPOINT for t, _ in jobs}
-    paths |= {t.directory / LEADER_EPOCH_CHECKPOINT for t, _ in jobs}
+    depends on (cleaner offsets, log start, high watermark) fail the partition when read. A dir
+    that cannot be searched raises (``exists``): for a partition dir, that partition fails."""
     for path in sorted(p for p in paths if p.exists()):
         try:
             read_any_checkpoint(path)
-        except (StorageError, OSError) as e:
+        except StorageError as e:
             click.echo(f"warning: {e} (not used by compaction)", err=True)
+        except OSError as e:
+            click.echo(f"warning: {os_error_text(e)} (not used by compaction)", err=True)
 
 
 def _run(
     jobs: list[Job], now: int, map_bytes: int, dry_run: bool, roll_active: bool, fmt: str
 ) -> tuple[list[CompactionSummary], list[str]]:
-    """Compact each partition in turn; a failure is reported and the next one goes on."""
+    """Compact each partition in turn; a failure (corrupt data, a partition dir that cannot be
+    read) is reported naming the file and the reason, and the next one goes on."""
     results: list[CompactionSummary] = []
     failures: list[str] = []
     with _progress(len(jobs)) as report:
@@ -180,6 +185,7 @@ def _run(
             name = target.directory.name
             before = Repairs(target.directory) if not dry_run else None
             try:
+                _warn_unused_checkpoints({target.directory / LEADER_EPOCH_CHECKPOINT})
                 with compile_clock() as jit:
                     summary = compact_directory(
                         target.directory,
@@ -194,13 +200,14 @@ def _run(
                     )
                 summary = summary.without_compile_time(jit.seconds, jit.compiled)
             except (CorruptRecordError, StorageError, CompactionError, OSError) as e:
+                error = os_error_text(e) if isinstance(e, OSError) else str(e)
                 click.echo(
-                    f"Error: {name}: {e} ({before.undo() if before else 'nothing written'})",
+                    f"Error: {name}: {error} ({before.undo() if before else 'nothing written'})",
                     err=True,
                 )
                 failures.append(name)
                 if fmt == "json":
-                    click.echo(json.dumps({"partition": name, "error": str(e)}))
+                    click.echo(json.dumps({"partition": name, "error": error}))
                 continue
             results.append(summary)
             if summary.checkpoint_reset is not None:

@@ -9,9 +9,10 @@ batch lines with --batches, values with --values. ``--format json`` serves both.
 
 Exit codes: 0 when everything decoded; 1 when some file is corrupt (everything valid before the
 problem is printed first, then an error on stderr naming the file, byte position and last good
-offset; later paths are still dumped), an index fails its check or does not match its log, or
-stdout was closed early (``| head``); 2 for a usage error: a missing path or a file that is not
-a kind ``dump`` knows (checked for every path before anything is printed).
+offset; later paths are still dumped), an index fails its check or does not match its log, a
+path cannot be read (one line naming it), or stdout was closed early (``| head``); 2 for a
+usage error: a missing path or a file that is not a kind ``dump`` knows (checked for every path
+before anything is printed).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import click
 
+from cleanerd.cli.errors import os_error_text
 from cleanerd.cli.options import format_option
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.dump import (
@@ -68,6 +70,8 @@ class Options:
 def _error_message(exc: Exception) -> str:
     if isinstance(exc, CorruptRecordError) and exc.last_good_offset < 0:
         return f"{exc} (no valid batch before it)"
+    if isinstance(exc, OSError):
+        return os_error_text(exc)
     return str(exc)
 
 
@@ -186,7 +190,11 @@ def _split_files(files: tuple[str, ...]) -> list[Path]:
 
 @click.command()
 @click.argument(
-    "paths", nargs=-1, metavar="[PATH]...", type=click.Path(exists=True, path_type=Path)
+    "paths",
+    nargs=-1,
+    metavar="[PATH]...",
+    # an unreadable path is the data's or the system's problem (exit 1), not usage
+    type=click.Path(exists=True, readable=False, path_type=Path),
 )
 @click.option(
     "--files",

@@ -50,14 +50,24 @@ def os_error_line(command: str, exc: OSError, paths: tuple[Path, ...] = ()) -> s
     for it."""
     reason = exc.strerror or str(exc) or type(exc).__name__
     verb = "write to" if exc.errno in _WRITING else "access"
-    if exc.filename is not None and exc.filename2 is not None:
-        return f"{command}: cannot move {_text(exc.filename)} to {_text(exc.filename2)}: {reason}"
     if exc.filename is not None:
-        return f"{command}: cannot {verb} {_text(exc.filename)}: {reason}"
+        return f"{command}: {os_error_text(exc)}"
     if _printing(exc):
         return f"{command}: cannot write its output: {reason}"
     where = f" {' '.join(str(p) for p in paths)}" if paths else ""
     return f"{command}{where}: cannot {verb.removesuffix(' to')}: {reason}"
+
+
+def os_error_text(exc: OSError) -> str:
+    """What could not be done, for a line that already says who and where: ``cannot access
+    /d/t-0/0.log: Permission denied`` (the reason alone when the error names no file)."""
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    verb = "write to" if exc.errno in _WRITING else "access"
+    if exc.filename is not None and exc.filename2 is not None:
+        return f"cannot move {_text(exc.filename)} to {_text(exc.filename2)}: {reason}"
+    if exc.filename is not None:
+        return f"cannot {verb} {_text(exc.filename)}: {reason}"
+    return reason
 
 
 def _paths(params: dict[str, Any]) -> Iterator[Path]:

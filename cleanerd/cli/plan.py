@@ -151,10 +151,10 @@ def select(
     return jobs
 
 
-def target_options(func: F, *, readable: bool = True) -> F:
-    """The arguments and options choosing partitions and their settings, shared by both
-    commands; the config options are ``cleanerd run``'s (``config_options``). With
-    ``readable=False`` an unreadable path is not a usage error (exit 2) but left to the
+def target_options(func: F) -> F:
+    """The arguments and options choosing partitions and their settings, shared by the
+    commands that take partitions; the config options are ``cleanerd run``'s
+    (``config_options``). An unreadable path is not a usage error (exit 2) but left to the
     command, which fails on it with a line naming it (exit 1)."""
     func = config_options(func)
     for option in [
@@ -163,7 +163,8 @@ def target_options(func: F, *, readable: bool = True) -> F:
             nargs=-1,
             required=True,
             metavar="LOGDIR|PARTITION_DIR...",
-            type=click.Path(exists=True, file_okay=False, readable=readable, path_type=Path),
+            # an unreadable dir is the data's or the system's problem (exit 1), not usage
+            type=click.Path(exists=True, file_okay=False, readable=False, path_type=Path),
         ),
         click.option("--topic", help="Only this topic (a glob is accepted)."),
         click.option("--partition", type=click.IntRange(min=0), help="Only this partition."),

@@ -43,12 +43,6 @@ _dedupe = dedupe_buffer_option(
 )
 
 
-def _targets(func: F) -> F:
-    """``target_options`` where an unreadable partition is the command's failure, not a usage
-    error: a line naming it and exit 1."""
-    return target_options(func, readable=False)
-
-
 def _warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
 
@@ -59,7 +53,7 @@ def snapshot_group() -> None:
 
 
 @snapshot_group.command("create")
-@_targets
+@target_options
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
 @_dedupe
 @format_option("text: one line per partition; json: one object per partition.")
@@ -247,7 +241,7 @@ def _print_record(
 
 
 @snapshot_group.command("load")
-@_targets
+@target_options
 @click.option("--upto", type=click.IntRange(min=0), help="End offset [default: high watermark].")
 @click.option("--count", is_flag=True, help="Print only the number of live keys.")
 @_dedupe

@@ -20,15 +20,18 @@ as compact as Kafka's rules allow at one instant. So the driver:
    map would keep everything, so neither would do.
 
 ``roll_active`` first rolls the active segment (``PartitionLog.roll``, under the writer lock: an
-empty segment at the log end), so a stopped broker's or an archived partition is compacted whole;
-without it the active segment is left as it is, and when that leaves nothing cleanable the
-summary says why (``note``). ``dry_run`` cleans a plain copy of the partition dir (and of the log
-dir's checkpoints) in a temporary dir, so the real files are never opened for writing (a roll
-happens on the copy).
+empty segment at the log end), so a stopped broker's or an archived partition is compacted whole.
+When the run then fails, the roll is taken back while no writer has used the new segment
+(``PartitionLog.unroll``): it was the run's, not a writer's, and must not be left behind.
+Without ``roll_active`` the active segment is left as it is, and when that leaves nothing
+cleanable the summary says why (``note``). ``dry_run`` cleans a plain copy of the partition dir
+(and of the log dir's checkpoints) in a temporary dir, so the real files are never opened for
+writing (a roll happens on the copy).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import tempfile
@@ -59,8 +62,10 @@ from cleanerd.storage.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     update_offset_checkpoint,
 )
+from cleanerd.storage.errors import StorageError
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.segment import LogSegment
 
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 << 20
 """Kafka's ``log.cleaner.dedupe.buffer.size``; one-shot runs give it all to one partition."""
@@ -232,14 +237,26 @@ class _Run:
         self.stats.append(result.stats)
         return result.end_offset
 
-    def _roll(self) -> bool:
-        """Roll the active segment (a no-op when it is empty); whether a new one was started."""
-        active = self.log.active_segment
-        return self.log.roll() is not active
-
     def run(self, *, roll_active: bool = False) -> CompactionSummary:
+        """The whole compaction; a roll it made is taken back if it fails (``_unroll``)."""
+        closed = self.log.active_segment
+        started = self.log.roll() if roll_active else closed
+        try:
+            return self._run(rolled=started is not closed)
+        except BaseException:
+            if started is not closed:
+                self._unroll(closed, started)
+            raise
+
+    def _unroll(self, closed: LogSegment, started: LogSegment) -> None:
+        """The roll was this run's, not a writer's: a failed run leaves no empty segment behind
+        (and ``Repairs.undo`` can then put the closed segment's indexes back). Best effort: the
+        run's own error is the one to report."""
+        with contextlib.suppress(OSError, StorageError):
+            self.log.unroll(closed, started)
+
+    def _run(self, *, rolled: bool) -> CompactionSummary:
         started = time.monotonic()
-        rolled = roll_active and self._roll()
         before = census(self.log)
         p = self._plan()
         reset = None

@@ -1,4 +1,5 @@
-"""``cleanerd verify``: a full, read-only integrity check of a log dir or one partition dir.
+"""``cleanerd verify``: a full, read-only integrity check of a log dir, a partition dir or one
+segment (named by its ``.log`` or one of its index files, as Kafka's tools take segment files).
 
 ``PartitionLog`` is deliberately not used: opening it recovers interrupted swaps, truncates torn
 tails and rebuilds bad indexes, which would both modify the files and hide the very problems this
@@ -7,11 +8,20 @@ is meant to report. Files are read directly (see ``segment_checks``); nothing is
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cleanerd.format.errors import CorruptRecordError
-from cleanerd.inspect.files import base_offset_of, map_readonly, segment_logs
+from cleanerd.inspect.files import (
+    FileKind,
+    UnknownFileKindError,
+    base_offset_of,
+    classify,
+    map_readonly,
+    segment_logs,
+    strip_temp_suffix,
+)
 from cleanerd.inspect.segment_checks import Problem, SegmentResult, check_segment
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader
 from cleanerd.storage import txn_check
@@ -27,6 +37,7 @@ from cleanerd.storage.files import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    segment_file,
 )
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
@@ -38,6 +49,8 @@ from cleanerd.storage.swap import leftover_temp_files
 
 LOG_DIR = "log_dir"
 PARTITION_DIR = "partition_dir"
+SEGMENT = "segment"
+_SEGMENT_FILES = (FileKind.LOG, FileKind.OFFSET_INDEX, FileKind.TIME_INDEX, FileKind.TXN_INDEX)
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
@@ -138,7 +151,12 @@ class VerifyReport:
             lines.append(part.summary())
         count = len(self.problems)
         verdict = "OK" if self.ok else f"{count} problem(s) found"
-        lines.append(f"verify {self.path}: {verdict} ({len(self.partitions)} partition(s))")
+        scope = (
+            f"1 segment of {self.partitions[0].name}"
+            if self.kind == SEGMENT
+            else f"{len(self.partitions)} partition(s)"
+        )
+        lines.append(f"verify {self.path}: {verdict} ({scope})")
         return lines
 
 
@@ -157,7 +175,10 @@ def _has_partitions(path: Path) -> bool:
 
 
 def verify_path(path: Path) -> VerifyReport:
-    """Verify a log dir (all partitions and its checkpoints) or a single partition dir."""
+    """Verify a log dir (all partitions and its checkpoints), a single partition dir, or the
+    segment a file names. ``UnknownFileKindError`` (a usage error) for any other file."""
+    if not path.is_dir():
+        return verify_segment(path)
     if looks_like_partition_dir(path):
         return VerifyReport(path, PARTITION_DIR, [verify_partition(path)])
     report = VerifyReport(path, LOG_DIR)
@@ -167,7 +188,64 @@ def verify_path(path: Path) -> VerifyReport:
             report.own_problems.append(problem)
     log_dir = LogDir(path)
     for tp in log_dir.partitions():
-        report.partitions.append(verify_partition(path / tp.dir_name))
+        report.partitions.append(_verify_or_unreadable(path / tp.dir_name))
+    return report
+
+
+def _verify_or_unreadable(directory: Path) -> PartitionReport:
+    """One partition of a log dir: a partition that cannot be read (permissions, I/O) is that
+    partition's problem, naming the file and the reason, and the others are still checked, as
+    the daemon goes on past a partition it cannot clean."""
+    try:
+        return verify_partition(directory)
+    except OSError as exc:
+        where = directory if exc.filename is None else Path(os.fsdecode(exc.filename))
+        reason = exc.strerror or str(exc)
+        report = PartitionReport(directory.name, directory)
+        report.own_problems.append(Problem(str(where), "unreadable", reason))
+        return report
+
+
+def verify_segment(path: Path) -> VerifyReport:
+    """The segment ``path`` belongs to (its ``.log`` or an index file, named as ``cleanerd
+    dump`` names them, ``inspect.files.classify``): every check of its files, its offsets
+    against the next segment's base offset, and its ``.txnindex`` against the ABORT markers
+    of the log up to it (a transaction may start in an earlier segment, so those are read)."""
+    try:
+        kind: FileKind | None = classify(path)
+    except UnknownFileKindError:  # its words list what dump takes
+        kind = None
+    if kind not in _SEGMENT_FILES or strip_temp_suffix(path.name) != path.name:
+        raise UnknownFileKindError(
+            f"{path}: verify takes a log dir, a partition dir, or a segment's .log, .index, "
+            ".timeindex or .txnindex file"
+            + (" (a swap's leftover: verify its partition dir)" if kind in _SEGMENT_FILES else "")
+        )
+    directory = path.parent
+    part = PartitionReport(directory.absolute().name, directory)  # "." names no partition
+    report = VerifyReport(path, SEGMENT, [part])
+    base = base_offset_of(path)
+    if base is None:  # classify already requires it of an index file
+        part.own_problems.append(
+            Problem(str(path), "file-name", "a .log file name must be a 20-digit base offset")
+        )
+        return report
+    log = segment_file(directory, base, LOG_SUFFIX)
+    if not log.is_file():
+        part.own_problems.append(
+            Problem(str(path), "orphan-index", "index file without its .log (Kafka deletes it)")
+        )
+        return report
+    part.segments.append(check_segment(directory, base))
+    bases = [b for b, _ in segment_logs(directory)]
+    following = [b for b in bases if b > base]
+    last = part.segments[0].last_offset
+    if following and last is not None:
+        name = segment_file(directory, following[0], LOG_SUFFIX).name
+        problem = offsets_overlap(last, following[0], name)
+        if problem is not None:
+            part.own_problems.append(Problem(str(log), "offsets", problem))
+    _check_txn_indexes(directory, [b for b in bases if b <= base], part)
     return report
 
 
@@ -256,8 +334,9 @@ def _fold_checked(seg: LogSegment, state: ProducerState) -> None:
 
 
 def _check_txn_indexes(directory: Path, bases: list[int], report: PartitionReport) -> None:
-    """Every ``.txnindex`` against the ABORT markers of the whole log (``storage.txn_check``):
-    a missing, extra or wrong entry is how aborted data passes for committed."""
+    """The ``.txnindex`` of each segment in ``report`` against the ABORT markers of the
+    segments ``bases`` (``storage.txn_check``): a missing, extra or wrong entry is how aborted
+    data passes for committed."""
     segments = [LogSegment(directory, base, LogConfig()) for base in bases]  # reads only
     state = ProducerState()
     try:
@@ -270,7 +349,8 @@ def _check_txn_indexes(directory: Path, bases: list[int], report: PartitionRepor
         return
     results = {r.base_offset: r for r in report.segments}
     for problem in txn_check.find_problems(segments, state):
-        if problem.kind != txn_check.CORRUPT:  # the segment check reported it
+        # a corrupt index: the segment check reported it; segments outside the report: not asked
+        if problem.kind != txn_check.CORRUPT and problem.base_offset in results:
             results[problem.base_offset].add(problem.path, "txn-index", problem.message)
 
 

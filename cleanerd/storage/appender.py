@@ -269,3 +269,18 @@ class Appender:
             new = LogSegment.create(self.directory, base, self.config, created_ms=self.clock())
             self.segments.append(new)
             return new
+
+    def unroll(self, closed: LogSegment, started: LogSegment) -> bool:
+        """Take back a ``roll`` of ``closed`` that started ``started``, if nobody has used it:
+        ``started`` is still the empty active segment and ``closed`` the one before it. A
+        failed one-shot cleaning calls this so that its roll is not left behind; a segment a
+        writer appended to, or rolled past, is the writer's and stays. True if undone."""
+        with self.writer_lock:  # up to date with other processes' appends and rolls
+            segs = self.segments
+            if len(segs) < 2 or segs[-1] is not started or segs[-2] is not closed:
+                return False
+            if started.refresh_size() != 0:
+                return False
+            started.delete()
+            segs.pop()
+            return True

@@ -14,9 +14,12 @@ Every driver of a cleaning uses it the same way: ``cleanerd compact`` and Spark'
 
 Writers may append meanwhile (the writer contract: the cleaner holds the writer lock only for
 a swap). Their files are the active segment's at the snapshot and those of any later segment:
-a change there (an append, a roll, ours included) blocks only the undo of that tail, never of
-the older segments, whose ``.log`` files no writer touches. The undo itself runs under the
-partition's writer lock, so no append lands between its check and its writes.
+a change there (an append, a roll) blocks only the undo of that tail, never of the older
+segments, whose ``.log`` files no writer touches. A roll of the cleaning's own
+(``compact --roll-active``) is not a writer's: the one-shot driver takes it back when the run
+fails (``PartitionLog.unroll``, while no writer has used the new segment), before this undo,
+so the closed segment's indexes go back too. The undo itself runs under the partition's
+writer lock, so no append lands between its check and its writes.
 """
 
 from __future__ import annotations
@@ -88,10 +91,13 @@ class Repairs:
         """Put the index files back where no ``.log`` changed; what the dir holds now, in words."""
         try:
             lock = PartitionWriterLock(self.directory)
-        except StorageError:  # the dir is gone: nothing to put back
+            lock.acquire()
+        except (StorageError, OSError):  # the dir is gone or unreadable: nothing to put back
             return describe(changed_files(self.directory, self.before))
-        with lock:
+        try:
             return self._undo()
+        finally:
+            lock.release()
 
     def _undo(self) -> str:
         changed = changed_files(self.directory, self.before)
