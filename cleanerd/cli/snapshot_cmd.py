@@ -14,9 +14,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -37,7 +36,6 @@ from cleanerd.storage.snapshot_files import (
     scan_snapshot_dir,
 )
 
-F = TypeVar("F", bound=Callable[..., Any])
 _dedupe = dedupe_buffer_option(
     DEFAULT_BUDGET, "Offset map memory; more keys than fit are done in several passes."
 )
