@@ -22,8 +22,10 @@ import numpy as np
 import pytest
 import zstandard
 from bombs import GIB, bomb_batch, bomb_logdir, compressed_bomb, files_of
+from click.testing import CliRunner
 from e2e_support import DaemonProcess, poll_until, write_config
 
+from cleanerd.cli import cli
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch
 from cleanerd.format.codecs import (
@@ -258,3 +260,26 @@ def test_the_daemon_marks_a_bomb_partition_uncleanable_and_cleans_the_others(
 def _partition(status: Any, name: str) -> dict[str, Any]:
     found: dict[str, Any] = next(p for p in status["partitions"] if p["tp"] == name)
     return found
+
+
+def test_verify_and_dump_take_the_bound_as_an_option(tmp_path: Path) -> None:
+    """Without a topic config, ``--max-decompressed-message-bytes`` sets the bound; raised past
+    a batch, the batch decompresses and what is wrong with it comes next."""
+    logdir, part = bomb_logdir(tmp_path, Compression.LZ4, 3 << 20)
+    runner = CliRunner()
+    low = ["--max-decompressed-message-bytes", "1048576"]
+    result = runner.invoke(cli, ["verify", str(logdir), *low])
+    assert result.exit_code == 1
+    assert "lz4 payload decompresses past max.decompressed.message.bytes = 1048576" in (
+        result.output
+    )
+    result = runner.invoke(cli, ["verify", str(logdir)])
+    assert result.exit_code == 1
+    assert "decompresses past" not in result.output
+    assert "record count in the header does not match" in result.output
+    active = str(sorted(part.glob("*.log"))[-1])
+    result = runner.invoke(cli, ["dump", "--deep-iteration", active, *low])
+    assert result.exit_code == 1
+    assert "max.decompressed.message.bytes = 1048576" in result.output
+    result = runner.invoke(cli, ["verify", str(logdir), "--max-decompressed-message-bytes", "0"])
+    assert result.exit_code == 2

@@ -27,7 +27,7 @@ from pathlib import Path
 import click
 
 from cleanerd.cli.errors import os_error_text
-from cleanerd.cli.options import format_option
+from cleanerd.cli.options import decompression_option, format_option
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.dump import (
     DumpError,
@@ -227,6 +227,7 @@ def _split_files(files: tuple[str, ...]) -> list[Path]:
 )
 @click.option("--batches", is_flag=True, help="Also print one line per batch (header fields).")
 @format_option("text: kafka-dump-log style lines; json: one JSON object per line.")
+@decompression_option
 @click.option("--values", is_flag=True, help="Also print record values (UTF-8 text or hex).")
 def dump(
     paths: tuple[Path, ...],

@@ -7,6 +7,8 @@ from typing import Any, TypeVar
 
 import click
 
+from cleanerd.format.codecs import limit_decompression
+from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
 from cleanerd.topic_catalog import INT_MAX
 from cleanerd.topic_model import Strategy
 
@@ -72,3 +74,25 @@ def dedupe_buffer_option(default: int, help_text: str) -> Callable[[F], F]:
         show_default=True,
         help=help_text,
     )
+
+
+def decompression_option(func: F) -> F:
+    """``--max-decompressed-message-bytes``: the bound on each batch's decompressed records for
+    a command that reads files without a topic's config (``verify``, ``dump``, ``snapshot list``
+    and ``show``); set for the whole command run."""
+
+    def enter(ctx: click.Context, _param: click.Parameter, value: int) -> int:
+        ctx.with_resource(limit_decompression(value))
+        return value
+
+    return click.option(
+        "--max-decompressed-message-bytes",
+        "max_decompressed_message_bytes",
+        type=click.IntRange(min=1, max=INT_MAX),
+        default=MAX_DECOMPRESSED_BYTES,
+        show_default=True,
+        expose_value=False,
+        callback=enter,
+        help="max.decompressed.message.bytes: a batch whose records decompress past this is "
+        "refused as corrupt (a decompression bomb); raise it for genuine larger batches.",
+    )(func)

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from cleanerd.cli.errors import os_error_line
-from cleanerd.cli.options import dedupe_buffer_option, format_option
+from cleanerd.cli.options import decompression_option, dedupe_buffer_option, format_option
 from cleanerd.cli.plan import find_targets, load_selection, select, target_options
 from cleanerd.compaction.engine import open_log
 from cleanerd.format.codecs import limit_decompression
@@ -138,6 +138,7 @@ def _print_result(name: str, r: SnapshotResult, seconds: float, fmt: str) -> Non
     "partition_dirs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
 )
 @format_option("text: a line per snapshot; json: one object per snapshot.")
+@decompression_option
 def list_command(partition_dirs: tuple[Path, ...], fmt: str) -> None:
     """The snapshots of each partition dir, oldest first, each checked (valid or why not).
 
@@ -192,6 +193,7 @@ def _list_row(directory: Path, sid: SnapshotId, path: Path, problem: str | None,
 @snapshot_group.command("show")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @format_option("text: kafka-dump-log style lines; json: one object per record.")
+@decompression_option
 def show(path: Path, fmt: str) -> None:
     """Dump one snapshot file's records (after checking its CRCs, header and footer)."""
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from cleanerd.cli.options import format_option
+from cleanerd.cli.options import decompression_option, format_option
 from cleanerd.inspect.files import UnknownFileKindError
 from cleanerd.inspect.verify import verify_path
 
@@ -28,6 +28,7 @@ from cleanerd.inspect.verify import verify_path
     type=click.Path(exists=True, readable=False, path_type=Path),
 )
 @format_option("text: one line per problem and a summary per partition; json: one document.")
+@decompression_option
 def verify(path: Path, fmt: str) -> None:
     """Check every file of PATH without modifying anything: a log dir, a partition dir, or a
     segment file (a .log, or its .index, .timeindex or .txnindex: that segment's files, its
