@@ -33,6 +33,7 @@ from cleanerd.storage.files import LOG_SUFFIX, segment_file
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.producer_snapshot import read_snapshot
+from cleanerd.storage.regular import read_regular
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
@@ -276,7 +277,7 @@ def time_index_items(path: Path) -> Iterator[Item]:
 
 def txn_index_items(path: Path) -> Iterator[Item]:
     """``.txnindex`` entries, decoded one by one so the good ones print before a bad one."""
-    data = path.read_bytes()
+    data = read_regular(path)
     for i in range(len(data) // TXN_ENTRY_SIZE):
         start = i * TXN_ENTRY_SIZE
         try:
