@@ -229,3 +229,13 @@ def test_listing_names_the_first_bad_file_and_verify_sees_them_all(logdir: Path)
     kept = segment_logs(logdir / "t-0", skip=True)
     assert int(link.stem) not in kept
     assert len(kept) == len(list((logdir / "t-0").glob("*.log"))) - 1
+
+
+def test_dump_of_one_good_segment_beside_a_symlinked_one(logdir: Path) -> None:
+    """Only the bad file is refused: a regular segment beside it still dumps."""
+    link, _ = symlinked_log(logdir)
+    good = sorted((logdir / "t-0").glob("*.log"))[0]
+    done = cleanerd("dump", "--deep-iteration", str(good))
+    assert done.returncode == 0, done.stderr
+    assert "offset: 0 " in done.stdout
+    assert_refused(cleanerd("dump", "--deep-iteration", str(link)), link)

@@ -157,8 +157,9 @@ def record_item(record: Record, batch: Item, header: BatchHeader, *, values: boo
 @functools.lru_cache(maxsize=4)
 def _live_segments(directory: Path, mtime_ns: int) -> tuple[int, ...]:
     """Base offsets of a partition dir's segments, listed once per change of the dir
-    (``mtime_ns`` is part of the key), not once per segment of a 2,000-segment dump."""
-    return tuple(base for base, _ in segment_logs(directory))
+    (``mtime_ns`` is part of the key), not once per segment of a 2,000-segment dump. A sibling
+    that is not a regular file does not stop the dump of this one (dumping it is refused)."""
+    return tuple(base for base, _ in segment_logs(directory, skip=True))
 
 
 def live_segment(path: Path) -> tuple[LogSegment, tuple[int, str] | None] | None:
