@@ -22,6 +22,7 @@ from cleanerd.format import kernels as k
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_TRANSACTIONAL
 from cleanerd.format.reader import I64, U8, scan_batches
+from cleanerd.storage.regular import open_regular
 
 _HEADER_BYTES = 61  # a v2 batch header
 _LENGTH_AT, _MAGIC_AT, _CRC_AT = 8, 16, 17
@@ -59,7 +60,7 @@ class WalkResult:
 
 def map_file(path: Path) -> tuple[U8, os.stat_result]:
     """The file read-only as ``uint8`` and its stat, both from one open (so they agree)."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
         st = os.fstat(f.fileno())
         if st.st_size == 0:
             return np.zeros(0, dtype=np.uint8), st

@@ -88,7 +88,8 @@ def scan_batches(
     """Walk the batches of ``buf[start:end]``; stop at the first invalid one.
 
     Checks: header complete, length within the data, magic 2, CRC32C, last offset >= base
-    offset, and base offsets strictly above the previous batch's last offset (starting from
+    offset, a record count that is not negative (nor 0 over uncompressed records), and base
+    offsets strictly above the previous batch's last offset (starting from
     ``prev_last_offset``). Positions in the result and in the error are positions in ``buf``.
     Raises ValueError unless ``0 <= start <= end <= len(buf)``.
     """
@@ -110,8 +111,15 @@ def scan_batches(
         prev[0] = prev_last_offset
         prev[1:] = batches[:-1, k.B_LAST_OFFSET]
     order_ok = batches[:, k.B_BASE_OFFSET] > prev
-    attrs_ok = (batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK) <= 4
-    ok = deltas_ok & order_ok & attrs_ok
+    codecs = batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK
+    attrs_ok = codecs <= 4
+    # Readers that skip batches without records (count 0) must not skip one whose records a
+    # hostile count hides: a negative count, or 0 over an uncompressed payload.
+    counts = batches[:, k.B_COUNT]
+    counts_ok = (counts > 0) | (
+        (counts == 0) & ((codecs != 0) | (batches[:, k.B_SIZE] == k.HEADER_SIZE))
+    )
+    ok = deltas_ok & order_ok & counts_ok & attrs_ok
     if not ok.all():
         bad = int(np.argmin(ok))
         if not deltas_ok[bad]:
@@ -121,9 +129,15 @@ def scan_batches(
                 f"offsets not increasing: batch base offset {int(batches[bad, k.B_BASE_OFFSET])}"
                 f" follows offset {int(prev[bad])}"
             )
+        elif not counts_ok[bad]:
+            count = int(counts[bad])
+            reason = (
+                f"record count in the header is negative ({count})"
+                if count < 0
+                else "record count in the header is 0 but the batch holds records"
+            )
         else:
-            codec = int(batches[bad, k.B_ATTRIBUTES]) & ATTR_CODEC_MASK
-            reason = f"unknown compression codec id {codec}"
+            reason = f"unknown compression codec id {int(codecs[bad])}"
     if check_crc:
         crc_bad = first_crc_mismatch(arr, batches, bad)
         if crc_bad >= 0:

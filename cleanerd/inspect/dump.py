@@ -33,6 +33,7 @@ from cleanerd.storage.files import LOG_SUFFIX, segment_file
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.producer_snapshot import read_snapshot
+from cleanerd.storage.regular import read_regular
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
@@ -156,8 +157,9 @@ def record_item(record: Record, batch: Item, header: BatchHeader, *, values: boo
 @functools.lru_cache(maxsize=4)
 def _live_segments(directory: Path, mtime_ns: int) -> tuple[int, ...]:
     """Base offsets of a partition dir's segments, listed once per change of the dir
-    (``mtime_ns`` is part of the key), not once per segment of a 2,000-segment dump."""
-    return tuple(base for base, _ in segment_logs(directory))
+    (``mtime_ns`` is part of the key), not once per segment of a 2,000-segment dump. A sibling
+    that is not a regular file does not stop the dump of this one (dumping it is refused)."""
+    return tuple(base for base, _ in segment_logs(directory, skip=True))
 
 
 def live_segment(path: Path) -> tuple[LogSegment, tuple[int, str] | None] | None:
@@ -276,7 +278,7 @@ def time_index_items(path: Path) -> Iterator[Item]:
 
 def txn_index_items(path: Path) -> Iterator[Item]:
     """``.txnindex`` entries, decoded one by one so the good ones print before a bad one."""
-    data = path.read_bytes()
+    data = read_regular(path)
     for i in range(len(data) // TXN_ENTRY_SIZE):
         start = i * TXN_ENTRY_SIZE
         try:

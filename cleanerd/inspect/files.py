@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import enum
 import mmap
+import os
 from pathlib import Path
 
 import numpy as np
 
 from cleanerd.format.reader import U8
+from cleanerd.storage import regular
 from cleanerd.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     OFFSET_CHECKPOINTS,
@@ -27,6 +29,7 @@ from cleanerd.storage.files import (
     offset_from_name,
 )
 from cleanerd.storage.logdir import parse_partition_dir_name
+from cleanerd.storage.regular import open_regular
 
 _TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 _CHECKPOINT_NAMES = (*OFFSET_CHECKPOINTS, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)
@@ -52,8 +55,9 @@ def map_readonly(path: Path) -> U8:
     """The whole file as a read-only ``uint8`` array; mapped, so big segments cost no memory.
 
     ``ACCESS_READ`` makes any write through the map fail, which is what keeps ``verify`` honest.
+    A symlink or a FIFO is refused (``storage.regular``), never followed or waited on.
     """
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
         size = f.seek(0, 2)
         if size == 0:
             return np.zeros(0, dtype=np.uint8)
@@ -77,15 +81,12 @@ def base_offset_of(path: Path) -> int | None:
         return None
 
 
-def segment_logs(directory: Path) -> list[tuple[int, Path]]:
-    """``(base offset, path)`` of the live ``<offset>.log`` files of a partition dir, in order."""
-    found = []
-    for p in directory.iterdir():
-        if p.name.endswith(LOG_SUFFIX) and p.is_file():
-            base = base_offset_of(p)
-            if base is not None:
-                found.append((base, p))
-    return sorted(found)
+def segment_logs(directory: Path, *, skip: bool = False) -> list[tuple[int, Path]]:
+    """``(base offset, path)`` of the live ``<offset>.log`` files of a partition dir, in order;
+    NotRegularFileError names a file named like a segment file that is a symlink or a FIFO
+    (``skip``: such files are left out instead)."""
+    found = regular.segment_logs(directory, skip=skip)
+    return sorted((base, path) for base, (path, _) in found.items())
 
 
 def classify(path: Path) -> FileKind:

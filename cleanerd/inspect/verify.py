@@ -42,6 +42,7 @@ from cleanerd.storage.files import (
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState
+from cleanerd.storage.regular import irregular_segment_files, why_refused
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.snapshot_files import PART_SUFFIX, scan_snapshot_dir, snapshot_dir
@@ -163,7 +164,7 @@ class VerifyReport:
 def looks_like_partition_dir(path: Path) -> bool:
     """A dir holding segments is a partition dir, one holding partition dirs is a log dir; an
     empty one (or one with only swap leftovers) is a partition dir if its name says so."""
-    if segment_logs(path):
+    if irregular_segment_files(path) or segment_logs(path):
         return True
     if _has_partitions(path):
         return False
@@ -274,8 +275,13 @@ def verify_partition(directory: Path) -> PartitionReport:
         problem = _checkpoint_problem(directory / name)
         if problem is not None:
             report.own_problems.append(problem)
-    logs = segment_logs(directory)
-    bases = {base for base, _ in logs}
+    irregular = irregular_segment_files(directory)
+    for p, kind in irregular:
+        report.own_problems.append(Problem(str(p), "not-regular-file", why_refused(kind)))
+    # a segment with any file that is not regular is reported once, above, and not read
+    skipped = {base_offset_of(p) for p, _ in irregular}
+    logs = [(b, p) for b, p in segment_logs(directory, skip=True) if b not in skipped]
+    bases = {base for base, _ in logs} | {b for b in skipped if b is not None}
     for p in sorted(directory.iterdir()):
         if p.name.endswith(LOG_SUFFIX) and base_offset_of(p) is None:
             report.own_problems.append(

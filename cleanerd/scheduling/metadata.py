@@ -31,6 +31,7 @@ from cleanerd.storage.checkpoints import (
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.files import LOG_SUFFIX, offset_from_name
 from cleanerd.storage.producer_state import scan_producer_state
+from cleanerd.storage.regular import is_segment_file_name, kind_of, refusal
 from cleanerd.storage.topic_partition import TopicPartition
 
 _NONE: Mapping[TopicPartition, int] = MappingProxyType({})
@@ -101,17 +102,20 @@ class _Listing:
 
 
 def _list(directory: Path) -> _Listing:
+    """The dir's names and its segments; NotRegularFileError (storage's rule, the partition's
+    error) when a file named like a segment file is a symlink or a FIFO."""
     out = _Listing()
     with os.scandir(directory) as entries:
         for entry in entries:
             out.names.append(entry.name)
-            if not entry.name.endswith(LOG_SUFFIX) or not entry.is_file(follow_symlinks=False):
+            if not is_segment_file_name(entry.name):
                 continue
-            try:
-                base = offset_from_name(entry.name)
-            except ValueError:
-                continue
-            out.logs.append((base, entry.path, FileStamp.of(entry.stat())))
+            st = entry.stat(follow_symlinks=False)
+            kind = kind_of(st.st_mode)
+            if kind is not None:
+                raise refusal(entry.path, kind)
+            if entry.name.endswith(LOG_SUFFIX):
+                out.logs.append((offset_from_name(entry.name), entry.path, FileStamp.of(st)))
     out.logs.sort()
     return out
 

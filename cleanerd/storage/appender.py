@@ -31,6 +31,7 @@ from cleanerd.storage.producer_state import (
     SegmentFold,
     fold_segment,
 )
+from cleanerd.storage.regular import truncate_regular
 from cleanerd.storage.rolling import is_idle, jitter_ms, should_roll
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_times import complete_time_index
@@ -160,9 +161,7 @@ class Appender:
             next_offset, end = seg.last_batch_end()
             if end < seg.refresh_size():
                 self.report.truncated_tail_bytes = seg.size - end
-                with open(seg.log_path, "r+b") as f:
-                    f.truncate(end)
-                    f.flush()
+                truncate_regular(seg.log_path, end)
                 seg.refresh_size()
                 seg.offset_index.truncate_to(next_offset)
                 seg.time_index.truncate_to(next_offset)

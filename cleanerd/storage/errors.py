@@ -26,3 +26,8 @@ class OffsetOutOfRangeError(StorageError):
 class UnsafeSwapError(StorageError):
     """A ``.swap`` or ``.cleaned`` file that recovery cannot trust: the partition is refused and
     nothing in its dir was renamed or deleted (finishing a bad swap would replace good data)."""
+
+
+class NotRegularFileError(StorageError):
+    """A file named like a segment file is a symlink, a FIFO or another special file: the
+    partition is refused rather than a link followed or a FIFO opened (``storage.regular``)."""

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.storage.errors import CorruptIndexError, OffsetOutOfRangeError
+from cleanerd.storage.regular import open_regular, read_regular, truncate_regular
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
 INT32_MAX = 2**31 - 1
@@ -66,7 +67,7 @@ class _EntryFile:
         self._pending = bytearray()
         self._fd: int | None = None
         try:
-            data = self._path.read_bytes()
+            data = read_regular(self._path)
         except FileNotFoundError:
             data = b""
         n = len(data) // self.ENTRY_SIZE
@@ -164,7 +165,7 @@ class _EntryFile:
 
     def _open(self) -> int:
         if self._fd is None:
-            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = open_regular(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         return self._fd
 
     def _drain(self) -> None:
@@ -215,8 +216,7 @@ class _EntryFile:
         self._drain()
         self._n = int(np.searchsorted(self._offsets(), _clamp(offset), side="left"))
         self._tail = 0
-        if self._path.exists():
-            os.truncate(self._path, self._n * self.ENTRY_SIZE)
+        truncate_regular(self._path, self._n * self.ENTRY_SIZE)
 
     def __enter__(self) -> Self:
         return self

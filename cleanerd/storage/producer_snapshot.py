@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cleanerd.format.crc import checksum
 from cleanerd.storage.errors import StorageError
+from cleanerd.storage.regular import read_regular
 
 VERSION = 1
 _HEADER = struct.Struct(">hIi")  # version, CRC, entry count
@@ -96,7 +97,7 @@ def decode(data: bytes, path: Path | str) -> list[SnapshotEntry]:
 
 def read_snapshot(path: Path) -> list[SnapshotEntry]:
     """The entries of the snapshot file at ``path`` (CorruptSnapshotError if it is bad)."""
-    return decode(path.read_bytes(), path)
+    return decode(read_regular(path), path)
 
 
 def encode(entries: list[SnapshotEntry]) -> bytes:

@@ -28,6 +28,7 @@ from cleanerd.storage.files import (
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.map_cache import MAPS
+from cleanerd.storage.regular import kind_of, open_regular, refusal
 from cleanerd.storage.txnindex import TransactionIndex
 
 INT32_MAX = 2**31 - 1
@@ -75,7 +76,7 @@ class LogSegment:
             segment_file(self.directory, base_offset, TXN_INDEX_SUFFIX, temp_suffix), base_offset
         )
         self._fd: int | None = None
-        self._size = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._size = self._regular_size()
         self._map: tuple[tuple[int, int], U8] | None = None  # ((inode, size), view)
         self._tail: tuple[tuple[FileKey, int], tuple[int, int]] | None = None  # last_batch_end
         self._bytes_since_index = 0
@@ -102,6 +103,17 @@ class LogSegment:
             raise StorageError(f"segment file {path} already exists") from None
         os.close(fd)
         return cls(directory, base_offset, config, temp_suffix=temp_suffix, created_ms=created_ms)
+
+    def _regular_size(self) -> int:
+        """Size of the ``.log`` (0 when absent); NotRegularFileError for a symlink or FIFO."""
+        try:
+            st = os.lstat(self.log_path)
+        except FileNotFoundError:
+            return 0
+        kind = kind_of(st.st_mode)
+        if kind is not None:
+            raise refusal(self.log_path, kind)
+        return st.st_size
 
     # --- reading ----------------------------------------------------------------------------
     @property
@@ -133,7 +145,7 @@ class LogSegment:
         if keep and cached is not None and cached[0] == (ino, size):
             MAPS.touch(self)
             return cached[1]
-        fd = os.open(self.log_path, os.O_RDONLY)
+        fd = open_regular(self.log_path, os.O_RDONLY)
         try:
             st = os.fstat(fd)  # the file we map: a rename since the stat shows here
             self._size = st.st_size
@@ -200,7 +212,7 @@ class LogSegment:
     def first_batch_timestamp(self) -> int | None:
         """Max timestamp of the first batch (Kafka's rollingBasedTimestamp); None if empty."""
         if self._rolling_ts is None and self._size >= k.HEADER_SIZE:
-            with open(self.log_path, "rb") as f:  # one header, not a walk of the segment
+            with os.fdopen(open_regular(self.log_path, os.O_RDONLY), "rb") as f:  # one header
                 head = f.read(k.HEADER_SIZE)
             if len(head) == k.HEADER_SIZE and head[16] == k.MAGIC_V2:
                 self._rolling_ts = BatchHeader.parse(head).max_timestamp
@@ -252,7 +264,7 @@ class LogSegment:
             self._rolling_ts = largest_timestamp
         position = self._size
         if self._fd is None:
-            self._fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+            self._fd = open_regular(self.log_path, os.O_WRONLY | os.O_APPEND)
         written = os.write(self._fd, data)
         if written != len(data):
             raise StorageError(f"short write to {self.log_path}: {written} of {len(data)} bytes")

@@ -25,22 +25,17 @@ from cleanerd.format import kernels as k
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.errors import CorruptIndexError
-from cleanerd.storage.files import LOG_SUFFIX
 from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.regular import segment_logs
 from cleanerd.storage.segment import LogSegment
 
 RACY_NS = 2_000_000_000  # covers filesystems with 1-2 s timestamps too
 
 
 def list_logs(directory: Path) -> dict[int, int]:
-    """Base offset -> inode of every ``<digits>...log`` in the dir (Kafka's loader's rule)."""
-    found: dict[int, int] = {}
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            head = entry.name.split(".", 1)[0]
-            if entry.name.endswith(LOG_SUFFIX) and head.isascii() and head.isdigit():
-                found[int(head)] = entry.inode()
-    return found
+    """Base offset -> inode of every ``<digits>...log`` in the dir (Kafka's loader's rule);
+    NotRegularFileError when a file named like a segment file is a symlink or a FIFO."""
+    return {base: ino for base, (_, ino) in segment_logs(directory).items()}
 
 
 def check_offsets_across(segments: Sequence[LogSegment]) -> None:

@@ -36,6 +36,7 @@ from cleanerd.storage.files import (
     segment_file,
 )
 from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.regular import kind_of, open_regular
 from cleanerd.storage.segment import INT32_MAX, LogSegment
 
 _KRAFT_DELETED = ".checkpoint" + DELETED_SUFFIX
@@ -182,14 +183,14 @@ def _parse_temp_name(path: Path) -> tuple[int, str, str]:
             f"{kind} file name must start with a 20-digit base offset, then .log, .index,"
             " .timeindex or .txnindex",
         )
-    if not path.is_file():
-        raise _unsafe(path, f"{kind} file must be a regular file")
+    if kind_of(os.lstat(path).st_mode) is not None:
+        raise _unsafe(path, f"{kind} file must be a regular file, not a symlink or special file")
     return int(match[1]), match[2], match[3]
 
 
 def _scan(path: Path, *, check_crc: bool) -> BatchScan | None:
     """Every batch of a whole file (None when it is empty), read through a private map."""
-    with open(path, "rb") as f:
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
             return None

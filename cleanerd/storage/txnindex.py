@@ -18,6 +18,7 @@ from typing import Self
 
 from cleanerd.storage.checkpoints import atomic_write
 from cleanerd.storage.errors import CorruptIndexError
+from cleanerd.storage.regular import open_regular, read_regular, truncate_regular
 
 CURRENT_VERSION = 0
 ENTRY_SIZE = 34
@@ -97,7 +98,7 @@ class TransactionIndex:
     def _entries(self) -> list[AbortedTxn]:
         if self._txns is None:
             try:
-                data = self._path.read_bytes()
+                data = read_regular(self._path)
             except FileNotFoundError:
                 data = b""
             count, self._tail = divmod(len(data), ENTRY_SIZE)
@@ -130,7 +131,7 @@ class TransactionIndex:
                 f"last offset {txn.last_offset} is below base offset {self._base} of {self._path}"
             )
         if self._fd is None:
-            self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = open_regular(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             self._ino = os.fstat(self._fd).st_ino
         data = txn.to_bytes()
         done = 0
@@ -198,15 +199,14 @@ class TransactionIndex:
         keep = next((i for i, t in enumerate(txns) if t.last_offset >= offset), len(txns))
         del txns[keep:]
         self._tail = 0
-        if self._path.exists():
-            os.truncate(self._path, keep * ENTRY_SIZE)
+        truncate_regular(self._path, keep * ENTRY_SIZE)
 
     def flush(self) -> None:
         """fsync the file if it exists; an index never appended to stays absent."""
         if self._fd is not None:
             os.fsync(self._fd)
         elif self._path.exists():
-            fd = os.open(self._path, os.O_RDONLY)
+            fd = open_regular(self._path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:

@@ -1,0 +1,165 @@
+"""Segment files must be regular files: the one rule for symlinks, FIFOs and devices.
+
+cleanerd rewrites, truncates, renames and deletes a partition's segment files, so it must never
+act on whatever a symlink named like a segment points at (an ``.index`` linked to
+``/etc/passwd`` would be truncated or replaced), and a FIFO named like a segment would block
+the first ``open`` forever. A partition dir holding such a file is refused as corrupt: every
+lister of segment files goes through ``segment_logs`` here, and every open of one through
+``open_regular`` (``O_NOFOLLOW | O_NONBLOCK``, then an ``fstat`` of what was opened).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+from cleanerd.storage.errors import NotRegularFileError
+from cleanerd.storage.files import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    LOG_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    offset_from_name,
+)
+
+_KINDS = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def kind_of(mode: int) -> str | None:
+    """What a non-regular file is ("a symbolic link", "a FIFO", ...); None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a plain file")
+
+
+def why_refused(kind: str) -> str:
+    """The words of a refusal, without the path (``kind`` as ``kind_of`` says it)."""
+    return (
+        f"not a regular file ({kind}); cleanerd never follows a symlink or opens a special "
+        "file in a partition dir"
+    )
+
+
+def refusal(path: Path | str, kind: str) -> NotRegularFileError:
+    return NotRegularFileError(f"{path}: {why_refused(kind)}")
+
+
+def check_regular(path: Path | str) -> None:
+    """Raise NotRegularFileError unless ``path`` itself (not a link's target) is a regular file.
+
+    FileNotFoundError passes through: a missing file is each caller's own case.
+    """
+    kind = kind_of(os.lstat(path).st_mode)
+    if kind is not None:
+        raise refusal(path, kind)
+
+
+def open_regular(path: Path | str, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that refuses symlinks and special files instead of following or blocking.
+
+    ``O_NONBLOCK`` keeps a FIFO from blocking the open; it has no effect on a regular file.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as e:
+        # ELOOP: a symlink under O_NOFOLLOW; ENXIO: a FIFO opened for writing with no reader
+        if e.errno in (errno.ELOOP, errno.ENXIO):
+            check_regular(path)
+        raise
+    try:
+        kind = kind_of(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if kind is not None:
+        os.close(fd)
+        raise refusal(path, kind)
+    return fd
+
+
+def read_regular(path: Path | str) -> bytes:
+    """The whole file, read through ``open_regular``."""
+    fd = open_regular(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def is_segment_file_name(name: str) -> bool:
+    """``<digits>.log``, ``.index``, ``.timeindex`` or ``.txnindex``, with or without a
+    temporary suffix (``.cleaned``, ``.swap``, ``.deleted``) after it."""
+    try:
+        offset_from_name(name)
+    except ValueError:
+        return False
+    for temp in (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX):
+        name = name.removesuffix(temp)
+    return name.endswith(SEGMENT_SUFFIXES)
+
+
+def _lstat_entries(directory: Path) -> list[tuple[str, str, os.stat_result]]:
+    """(name, path, lstat) of the entries named like segment files; ones that vanish while
+    listed (a swap or a deletion by another process) are left out."""
+    out = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if is_segment_file_name(entry.name):
+                try:  # os.stat, not entry.stat: the same call as every other stat here
+                    out.append((entry.name, entry.path, os.stat(entry.path, follow_symlinks=False)))
+                except FileNotFoundError:
+                    continue
+    return out
+
+
+def irregular_segment_files(directory: Path) -> list[tuple[Path, str]]:
+    """``(path, what it is)`` of every file named like a segment file that is not a regular
+    file, by name; for ``cleanerd verify``, which reports each instead of stopping."""
+    found = []
+    for _, path, st in _lstat_entries(directory):
+        kind = kind_of(st.st_mode)
+        if kind is not None:
+            found.append((Path(path), kind))
+    return sorted(found)
+
+
+def segment_logs(directory: Path, *, skip: bool = False) -> dict[int, tuple[Path, int]]:
+    """Base offset -> (path, inode) of every ``<digits>.log`` in a partition dir (Kafka's
+    loader's rule), after checking that every file named like a segment file is a regular file.
+
+    Raises NotRegularFileError naming the first one that is not (by name); with ``skip`` those
+    are left out instead (``verify`` reports them from ``irregular_segment_files``).
+    """
+    found: dict[int, tuple[Path, int]] = {}
+    bad: list[tuple[str, str]] = []
+    for name, path, st in _lstat_entries(directory):
+        kind = kind_of(st.st_mode)
+        if kind is not None:
+            bad.append((path, kind))
+        elif name.endswith(LOG_SUFFIX):
+            found[offset_from_name(name)] = (Path(path), st.st_ino)
+    if bad and not skip:
+        raise refusal(*min(bad))
+    return found
+
+
+def truncate_regular(path: Path | str, size: int) -> bool:
+    """Cut the file to ``size`` bytes through ``open_regular`` (``os.truncate`` of a path
+    follows a symlink); False when there is no file."""
+    try:
+        fd = open_regular(path, os.O_WRONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+    return True
