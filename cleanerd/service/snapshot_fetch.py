@@ -35,12 +35,11 @@ from cleanerd.service.snapshot_routes import (
 )
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader
 from cleanerd.storage.checkpoints import fsync_dir
+from cleanerd.storage.regular import file_kind, open_regular
 from cleanerd.storage.snapshot_files import (
     PART_SUFFIX,
     SUFFIX,
     SnapshotId,
-    file_kind,
-    open_regular,
     parse_name,
 )
 

@@ -5,7 +5,7 @@ resume; HTTP ranges give the same thing, and ``web.FileResponse`` serves them wi
 the loop without reading the file into Python. The id in the URL is the file name stem
 (``<end offset, 20 digits>-<epoch, 10 digits>``) and nothing else, so no request can name a path
 outside ``checkpoints/`` or an unfinished ``.part`` file; and only a regular file of that name is
-listed or served (``snapshot_files.open_regular``), never what a symlink points at or a FIFO. A
+listed or served (``storage.regular.open_regular``), never what a symlink points at or a FIFO. A
 snapshot holds every live record of a partition, so these routes follow the admin rule
 (loopback peer or bearer token).
 
@@ -25,11 +25,11 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_request import BaseRequest
 
+from cleanerd.storage.regular import open_regular
 from cleanerd.storage.snapshot_files import (
     SUFFIX,
     SnapshotId,
     list_snapshots,
-    open_regular,
     parse_name,
     snapshot_path,
 )

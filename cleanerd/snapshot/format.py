@@ -27,10 +27,10 @@ from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import fsync_dir
+from cleanerd.storage.regular import open_regular
 from cleanerd.storage.snapshot_files import (
     PART_SUFFIX,
     SnapshotId,
-    open_regular,
     parse_name,
     snapshot_dir,
     snapshot_path,

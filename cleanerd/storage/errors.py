@@ -28,6 +28,7 @@ class UnsafeSwapError(StorageError):
     nothing in its dir was renamed or deleted (finishing a bad swap would replace good data)."""
 
 
-class NotRegularFileError(StorageError):
-    """A file named like a segment file is a symlink, a FIFO or another special file: the
-    partition is refused rather than a link followed or a FIFO opened (``storage.regular``)."""
+class NotRegularFileError(StorageError, OSError):
+    """A file named like a segment or snapshot file is a symlink, a FIFO or another special
+    file: it is refused rather than a link followed or a FIFO opened (``storage.regular``). An
+    ``OSError`` too, as the open it stands for would have raised one."""

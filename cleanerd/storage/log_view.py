@@ -98,8 +98,10 @@ class ReadOnlyLog:
                 raise CorruptIndexError(f"{seg.offset_index.path}: points past the log's end")
         except CorruptIndexError as e:
             self.skipped_indexes.append(str(e))
-            # an index with no entries: every lookup in this segment starts at byte 0
-            seg.offset_index = OffsetIndex(Path(os.devnull), base, self.config.segment_index_bytes)
+            # an index with no entries (a name no file has): every lookup in this segment
+            # starts at byte 0
+            unread = seg.offset_index.path.with_name(seg.offset_index.path.name + ".unread")
+            seg.offset_index = OffsetIndex(unread, base, self.config.segment_index_bytes)
         return seg
 
     def _checkpointed(self, name: str) -> int | None:

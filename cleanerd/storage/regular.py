@@ -1,4 +1,4 @@
-"""Segment files must be regular files: the one rule for symlinks, FIFOs and devices.
+"""Segment and snapshot files must be regular files: the one rule for symlinks, FIFOs and devices.
 
 cleanerd rewrites, truncates, renames and deletes a partition's segment files, so it must never
 act on whatever a symlink named like a segment points at (an ``.index`` linked to
@@ -42,6 +42,11 @@ def kind_of(mode: int) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), "not a plain file")
 
 
+def file_kind(mode: int) -> str:
+    """What ``st_mode`` is, in words, regular files included (for messages)."""
+    return kind_of(mode) or "a regular file"
+
+
 def why_refused(kind: str) -> str:
     """The words of a refusal, without the path (``kind`` as ``kind_of`` says it)."""
     return (
@@ -64,7 +69,7 @@ def check_regular(path: Path | str) -> None:
         raise refusal(path, kind)
 
 
-def open_regular(path: Path | str, flags: int, mode: int = 0o644) -> int:
+def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
     """``os.open`` that refuses symlinks and special files instead of following or blocking.
 
     ``O_NONBLOCK`` keeps a FIFO from blocking the open; it has no effect on a regular file.

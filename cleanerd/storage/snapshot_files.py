@@ -17,7 +17,6 @@ follows no symlink and never blocks.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import stat
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cleanerd.storage.checkpoints import fsync_dir
+from cleanerd.storage.regular import file_kind
 
 SNAPSHOT_DIR = "checkpoints"
 SUFFIX = ".checkpoint"
@@ -60,60 +60,6 @@ def parse_name(name: str) -> SnapshotId | None:
     """The id a finished snapshot's file name gives, or None for any other name."""
     m = _NAME.match(name)
     return SnapshotId(int(m.group(1)), int(m.group(2))) if m else None
-
-
-class NotRegularFileError(OSError):
-    """A path that is a symlink, FIFO, device, socket or directory where a file was expected."""
-
-    def __init__(self, path: Path, kind: str) -> None:
-        super().__init__(errno.EINVAL, f"not a regular file ({kind})", str(path))
-        self.kind = kind
-
-
-def file_kind(mode: int) -> str:
-    """What ``st_mode`` is, in words (for messages about a file that is not a regular one)."""
-    kinds = (
-        (stat.S_ISLNK, "a symbolic link"),
-        (stat.S_ISDIR, "a directory"),
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    )
-    return next((name for test, name in kinds if test(mode)), "a regular file")
-
-
-def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
-    """A descriptor of ``path`` (read-only unless ``flags`` say otherwise, e.g. a download's
-    ``O_WRONLY | O_CREAT``), which must be a regular file itself.
-
-    A symlink is not followed (``O_NOFOLLOW``) and opening a FIFO or a device does not block
-    (``O_NONBLOCK``); the descriptor's own ``fstat`` then decides, so a file swapped for another
-    kind between a listing and this call is refused too. Raises :class:`NotRegularFileError`
-    (an ``OSError``) for anything but a regular file, ``OSError`` when it cannot be opened.
-    """
-    flags |= os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as e:
-        if e.errno != errno.ELOOP:
-            raise
-        raise NotRegularFileError(Path(path), _lstat_kind(path)) from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFileError(Path(path), file_kind(mode))
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _lstat_kind(path: Path) -> str:
-    try:
-        return file_kind(os.lstat(path).st_mode)
-    except OSError:
-        return "a symbolic link"
 
 
 @dataclass(frozen=True, slots=True)
