@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import SupportsIndex, TypeVar, cast
 
 from cleanerd.storage.errors import CheckpointError, StorageError
+from cleanerd.storage.regular import read_regular
 from cleanerd.storage.topic_partition import MAX_PARTITION, TopicPartition, validate_topic_name
 
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
@@ -118,7 +119,7 @@ def _show(text: str) -> str:
 def _read_text(path: Path) -> str | None:
     """The file as text, or None if it does not exist."""
     try:
-        data = Path(path).read_bytes()
+        data = read_regular(path)  # a FIFO or symlink under a checkpoint's name is refused
     except FileNotFoundError:
         return None
     except OSError as exc:

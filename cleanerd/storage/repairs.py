@@ -31,6 +31,7 @@ from pathlib import Path
 from cleanerd.storage.checkpoints import atomic_write
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from cleanerd.storage.regular import read_regular
 from cleanerd.storage.writer_lock import PartitionWriterLock
 
 __all__ = ["Fingerprint", "Repairs", "changed_files", "describe", "fingerprint"]
@@ -83,7 +84,7 @@ class Repairs:
         for name in self.before:
             if name.endswith(_INDEXES):
                 with contextlib.suppress(OSError):
-                    self.indexes[name] = (self.directory / name).read_bytes()
+                    self.indexes[name] = read_regular(self.directory / name)
         bases = [b for n in self.before if n.endswith(LOG_SUFFIX) and (b := _base(n)) is not None]
         self.active = max(bases, default=None)  # writers' from here on
 
@@ -118,7 +119,7 @@ class Repairs:
     def _same(self, name: str) -> bool:
         """A restored index holds its old bytes (under a new inode)."""
         try:
-            return (self.directory / name).read_bytes() == self.indexes[name]
+            return read_regular(self.directory / name) == self.indexes[name]
         except (KeyError, OSError):
             return False
 
