@@ -181,3 +181,84 @@ def test_fifo_checkpoint_is_refused_without_blocking(logdir: Path, command: str)
         assert f"{path}: not a regular file (a FIFO)" in out
         assert "Traceback" not in out
         path.unlink()
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_fifo_log_is_refused_without_blocking(logdir: Path, command: str) -> None:
+    fifo = fifo_in_place_of(_segment(logdir))
+    before = state(logdir / "t-0")
+    assert_refused(run(command, logdir), fifo)
+    assert state(logdir / "t-0") == before
+
+
+def test_scheduler_metadata_gives_the_partition_an_error_naming_the_file(logdir: Path) -> None:
+    link, _ = symlinked_log(logdir)
+    meta = MetadataCache().read(logdir / "t-0", TopicPartition("t", 0), LogDirCheckpoints())
+    assert meta.error is not None
+    assert f"{link}: not a regular file (a symbolic link)" in meta.error
+
+
+# -- the rule itself ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "00000000000000000000.index"
+    os.mkfifo(path)
+    return path
+
+
+def test_open_regular_refuses_a_symlink_for_reading_and_for_writing(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    target.write_bytes(b"keep me")
+    link = tmp_path / "00000000000000000000.index"
+    link.symlink_to(target)
+    for flags in (os.O_RDONLY, os.O_WRONLY | os.O_APPEND | os.O_CREAT):
+        with pytest.raises(NotRegularFileError, match="a symbolic link"):
+            open_regular(link, flags)
+    with pytest.raises(NotRegularFileError):
+        truncate_regular(link, 0)
+    with pytest.raises(NotRegularFileError):
+        read_regular(link)
+    assert target.read_bytes() == b"keep me"
+
+
+def test_open_regular_refuses_a_fifo_without_blocking(fifo: Path) -> None:
+    # O_NONBLOCK: neither open waits for the other end (a reader opens at once; a writer with
+    # no reader gets ENXIO); both are then refused as a FIFO
+    for flags in (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY | os.O_APPEND | os.O_CREAT):
+        with pytest.raises(NotRegularFileError, match="a FIFO"):
+            open_regular(fifo, flags)
+    with pytest.raises(NotRegularFileError, match="a FIFO"):
+        check_regular(fifo)
+
+
+def test_a_missing_file_is_still_file_not_found(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        open_regular(tmp_path / "absent.log", os.O_RDONLY)
+    assert truncate_regular(tmp_path / "absent.log", 0) is False
+
+
+def test_listing_names_the_first_bad_file_and_verify_sees_them_all(logdir: Path) -> None:
+    link, _ = symlinked_log(logdir)
+    fifo = fifo_in_place_of(sorted((logdir / "t-0").glob("*.timeindex"))[3])
+    with pytest.raises(NotRegularFileError) as info:
+        segment_logs(logdir / "t-0")
+    assert str(link) in str(info.value)
+    assert irregular_segment_files(logdir / "t-0") == [
+        (link, "a symbolic link"),
+        (fifo, "a FIFO"),
+    ]
+    kept = segment_logs(logdir / "t-0", skip=True)
+    assert int(link.stem) not in kept
+    assert len(kept) == len(list((logdir / "t-0").glob("*.log"))) - 1
+
+
+def test_dump_of_one_good_segment_beside_a_symlinked_one(logdir: Path) -> None:
+    """Only the bad file is refused: a regular segment beside it still dumps."""
+    link, _ = symlinked_log(logdir)
+    good = sorted((logdir / "t-0").glob("*.log"))[0]
+    done = cleanerd("dump", "--deep-iteration", str(good))
+    assert done.returncode == 0, done.stderr
+    assert "offset: 0 " in done.stdout
+    assert_refused(cleanerd("dump", "--deep-iteration", str(link)), link)
