@@ -184,6 +184,7 @@ _DEFLATE_RATIO = 1032
 _LZ4_RATIO = 256
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _ZSTD_BLOCK_MAX = 128 * 1024  # a compressed block regenerates at most this much
+_ZSTD_RATIO = 32 * 1024  # a 4-byte RLE block regenerates 128 KiB: no zstd byte does more
 _STREAM_STEP = 128 * 1024
 
 
@@ -253,7 +254,7 @@ def zstd_size_bound(data: bytes | memoryview) -> int | None:
     content size a frame may declare is not trusted. None when the headers do not parse or run
     past the end (the decoder then says what is wrong)."""
     n = len(data)
-    if n < 6 or bytes(data[:4]) != _ZSTD_MAGIC:
+    if n < 6 or data[:4] != _ZSTD_MAGIC:
         return None
     fhd = data[4]
     single = (fhd >> 5) & 1
@@ -261,7 +262,7 @@ def zstd_size_bound(data: bytes | memoryview) -> int | None:
     pos = 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_len
     total = 0
     while pos + 3 <= n:
-        header = int.from_bytes(bytes(data[pos : pos + 3]), "little")
+        header = int.from_bytes(data[pos : pos + 3], "little")
         last, kind, size = header & 1, (header >> 1) & 3, header >> 3
         if kind == 0:  # raw
             total += size
@@ -280,24 +281,30 @@ def zstd_size_bound(data: bytes | memoryview) -> int | None:
 
 
 def _zstd_decode(data: bytes | memoryview, limit: int, zd: zstandard.ZstdDecompressor) -> bytes:
-    bound = zstd_size_bound(data)
-    if bound is not None and bound <= limit:
+    if len(data) * _ZSTD_RATIO < limit:
+        fits = True
+    else:
+        # a declared content size is enforced by libzstd (it refuses to write past it); a
+        # frame without one (what Kafka writes) is bounded by its block headers
+        declared = zstandard.frame_content_size(data)
+        bound = zstd_size_bound(data) if declared < 0 else declared
+        fits = bound is not None and bound <= limit
+    if fits:
         dobj = zd.decompressobj()
         out = bytes(dobj.decompress(data))
         if not dobj.eof:  # a streaming decompressor returns what it has: a cut frame
             raise EOFError("zstd payload is truncated (frame not finished)")
         return out
-    # Past the bound on paper (a frame of many blocks, or a bomb): regenerate in steps.
-    parts = []
+    # Past the bound on paper (a frame of many blocks, or a bomb): count it in steps first.
     total = 0
     for part in zd.read_to_iter(data, write_size=_STREAM_STEP):
         total += len(part)
         _bounded(Compression.ZSTD, total, limit)
-        parts.append(part)
-    if bound is None:  # headers that do not parse: let the one-call decoder word it
-        zd.decompressobj().decompress(data)
+    dobj = zd.decompressobj()  # within the bound: the one-call decoder says if it is whole
+    out = bytes(dobj.decompress(data))
+    if not dobj.eof:
         raise EOFError("zstd payload is truncated (frame not finished)")
-    return b"".join(parts)
+    return out
 
 
 def decompressor(
