@@ -148,6 +148,7 @@ def _put_fused(
     records = 0
     full_record = -1
     cursor = -1
+    laid_bytes = 0
     sub = batches[data_rows]
     if data_rows.size:
         counts = np.ascontiguousarray(sub[:, k.B_COUNT])
@@ -155,6 +156,7 @@ def _put_fused(
         err = k.REC_COUNT_MISMATCH
         if got is not None and k.bad_counts(got[1], got[2], counts) < 0:
             buf, starts, ends = got
+            laid_bytes = int((ends - starts).sum())
             total = int(counts.sum())
             cursor = cache.reserve(total) if cache is not None else -1
             top = int(counts.max())
@@ -199,7 +201,7 @@ def _put_fused(
             cache.commit(records)
             first[data_rows] = cursor + np.cumsum(counts) - counts
     if cache is not None:
-        cache.add_chunk(segment_id, batches, first)
+        cache.add_chunk(segment_id, batches, first, laid_bytes)
     if full_record >= 0:
         ends_at = np.cumsum(sub[:, k.B_COUNT])
         row = int(np.searchsorted(ends_at, full_record, side="right"))

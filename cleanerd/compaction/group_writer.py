@@ -18,7 +18,6 @@ from cleanerd.compaction.throttle import Throttler
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.compaction.writer import CleanedSegmentWriter
 from cleanerd.format import kernels as k
-from cleanerd.format.header import ATTR_CODEC_MASK
 from cleanerd.format.reader import I64, U8
 from cleanerd.storage import chunks as chunks_mod
 from cleanerd.storage.aborted import collect_aborted
@@ -27,6 +26,7 @@ from cleanerd.storage.segment import LogSegment
 
 CACHED_CHUNKS = 4
 """Pass 2 decides the batches pass 1 cached this many chunks (``CHUNK_BYTES``) at a time."""
+_PAYLOAD_RATIO = 8  # ... and as many as hold at most 8 times their bytes decompressed
 
 
 def group_chunks(
@@ -38,17 +38,24 @@ def group_chunks(
     walking it again; its pages are released after each chunk, as ``iter_chunks`` does.
     """
     cached = cache.chunks(id(seg)) if cache is not None else None
-    if cached is not None:
-        # nothing is read to decide these: take several of pass 1's chunks at a time, unless
-        # they are compressed (the batches to rebuild are decompressed together: keep that to
-        # one chunk's worth, as pass 1 did)
-        compressed = any((b[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any() for b, _ in cached)
-        step = chunks_mod.CHUNK_BYTES * (1 if compressed else CACHED_CHUNKS)
+    if cached is not None and cache is not None:
+        # nothing is read to decide these: take several of pass 1's chunks at a time, as long
+        # as their records took at most 8 times their bytes decompressed in pass 1 (pass 2
+        # decompresses the batches it rebuilds together: that stays far below the bound)
+        laid = cache.payload_bytes(id(seg))
+        step = chunks_mod.CHUNK_BYTES * CACHED_CHUNKS
         i = 0
         while i < len(cached):
-            j, size = i, 0
-            while j < len(cached) and (j == i or size + _chunk_bytes(cached[j][0]) <= step):
+            j, size, payload = i, 0, 0
+            while j < len(cached) and (
+                j == i
+                or (
+                    size + _chunk_bytes(cached[j][0]) <= step
+                    and payload + laid[j] <= step * _PAYLOAD_RATIO
+                )
+            ):
                 size += _chunk_bytes(cached[j][0])
+                payload += laid[j]
                 j += 1
             if j == i + 1:
                 batches, first = cached[i]

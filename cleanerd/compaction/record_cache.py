@@ -51,6 +51,7 @@ def _anonymous(nbytes: int, dtype: type[np.generic]) -> Arr:
 @dataclass
 class _Segment:
     chunks: list[tuple[I64, I64]] = field(default_factory=list)  # (batches, first record)
+    payload_bytes: list[int] = field(default_factory=list)  # each chunk's records, decompressed
     whole: bool = True  # every chunk pass 1 read is in ``chunks``
     complete: bool = False  # ... and pass 1 read the segment from byte 0 to its end
     frozen: tuple[I64, I64] | None = None  # positions and first records of all chunks
@@ -101,8 +102,9 @@ class RecordCache:
             self.ascending = False  # segments whose offsets overlap
         self.records += n
 
-    def add_chunk(self, segment_id: int, batches: I64, first: I64) -> None:
-        """Remember a chunk pass 1 read: its batches and each one's first cached record."""
+    def add_chunk(self, segment_id: int, batches: I64, first: I64, payload_bytes: int) -> None:
+        """Remember a chunk pass 1 read: its batches, each one's first cached record, and what
+        its records took decompressed."""
         seg = self._segments.setdefault(segment_id, _Segment())
         size = BATCH_BYTES * batches.shape[0]
         if not seg.whole or self.batch_bytes + size > self.max_batch_bytes:
@@ -115,6 +117,7 @@ class RecordCache:
             size = BATCH_BYTES * rows.size
         self.batch_bytes += size
         seg.chunks.append((batches, first))
+        seg.payload_bytes.append(payload_bytes)
         seg.frozen = None
 
     def mark_complete(self, segment_id: int) -> None:
@@ -129,6 +132,11 @@ class RecordCache:
         if seg is None or not seg.complete:
             return None
         return seg.chunks
+
+    def payload_bytes(self, segment_id: int) -> list[int]:
+        """What each of ``chunks``' chunks took decompressed, as pass 1 laid it out."""
+        seg = self._segments.get(segment_id)
+        return [] if seg is None else seg.payload_bytes
 
     def first_records(self, segment_id: int, batches: I64) -> I64 | None:
         """Each batch's first cached record (-1: not cached), matched by position."""
