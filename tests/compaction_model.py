@@ -1,7 +1,8 @@
 """Reference model of compaction: which records survive cleaning a log to completion.
 
-Plain dicts, log order, no hashing, no batches, so that it is obviously right (reference 3.9 to
-3.11 and 6.1 for the rules). The engine tests compare the records left in a cleaned log with it.
+Plain dicts, log order, no hashing, no batches, so that it is obviously right (docs/kafka-format.md
+§4.8 to §4.10 and §5 for the rules). The engine tests compare the records left in a cleaned log
+with it.
 
 * Only committed or non-transactional data records with a key compete; records of aborted
   transactions never survive and never replace another record. Markers are not data.

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-# name -> (first byte in the batch, size); reference 2.1, big-endian
+# name -> (first byte in the batch, size); docs/kafka-format.md §2.1, big-endian
 HEADER_FIELDS: dict[str, tuple[int, int]] = {
     "base_offset": (0, 8),
     "length": (8, 4),

@@ -1,4 +1,4 @@
-"""``Cleaner.clean`` on real logs: Kafka's LogCleanerTest scenarios (reference section 7), named
+"""``Cleaner.clean`` on real logs: Kafka's LogCleanerTest scenarios (docs/kafka-format.md §7), named
 after Kafka's tests, plus the engine's own contract (copies, rebuilds, swaps, errors, checkpoint).
 
 Kafka's unit tests use a fake map of ``capacity`` slots and load factor 0.75 (so
@@ -46,7 +46,7 @@ OFFSET = StrategyConfig()
 # --- helpers (shared) --------------------------------------------------------------------------
 def compacted_config(**settings: Any) -> TopicCleanerConfig:
     """Producers never expire unless a test says so: Kafka's LogCleanerTest cleans at
-    ``largeTimestamp`` but never runs the producer-expiration check (reference 3.11)."""
+    ``largeTimestamp`` but never runs the producer-expiration check (docs/kafka-format.md §4.10)."""
     settings.setdefault("producer_id_expiration_ms", NEVER_EXPIRE)
     return TopicCleanerConfig(compact=True, delete=False, **settings)
 

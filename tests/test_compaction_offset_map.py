@@ -1,7 +1,7 @@
 """The offset map and the KIP-280 strategies against Kafka's OffsetMapTest and a plain-dict model.
 
 The model: per key, the winner is the record with the highest offset (offset strategy), or the
-highest (has_version, version, offset) (timestamp and header strategies, reference 6.1).
+highest (has_version, version, offset) (timestamp and header strategies, docs/kafka-format.md §5).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def random_hashes(n: int, seed: int = 0) -> np.ndarray[Any, Any]:
     return np.random.default_rng(seed).integers(1, 2**64, size=(n, 2), dtype=np.uint64)
 
 
-# --- Kafka's OffsetMapTest (reference 7 #68) ------------------------------------------------------
+# --- Kafka's OffsetMapTest (docs/kafka-format.md §7) ---------------------------------------------
 
 
 @pytest.mark.parametrize("items", [10, 100, 1000, 5000])
@@ -94,7 +94,7 @@ def test_slot_arithmetic() -> None:
     assert (m.slots, m.max_entries, m.memory_bytes) == (41, 36, 984)
     v = OffsetMap(1000, TIMESTAMP)
     assert (v.slots, v.max_entries, v.memory_bytes) == (31, 27, 992)
-    kafka = OffsetMap(134217728)  # Kafka's default dedupe buffer: reference 3.7
+    kafka = OffsetMap(134217728)  # Kafka's default dedupe buffer: docs/kafka-format.md §4.6
     assert (kafka.slots, kafka.max_entries) == (5592405, 5033164)
     assert OffsetMap(1000, load_factor=0.5).max_entries == 20
 

@@ -1,6 +1,6 @@
 """Planning: Kafka's cleanable range, dirty ratio and KIP-354 delay, must-clean ratio, ranking.
 
-Tests named after Kafka's (LogCleanerTest, LogCleanerManagerTest; reference section 7) use real
+Tests named after Kafka's (LogCleanerTest, LogCleanerManagerTest; docs/kafka-format.md §7) use real
 partition logs where the storage layer's metadata matters, hand-made metadata elsewhere.
 """
 
@@ -449,7 +449,8 @@ def test_must_clean_ratio_counts_overdue_cleanable_segments() -> None:
     assert (clean_prefix.clean_bytes, clean_prefix.cleanable_bytes) == (300, 300)
     assert clean_prefix.must_clean_ratio == 300 / 600
     assert clean_prefix.compaction_delay_ms == 3 * HOUR
-    # Min lag wins over max lag: segment 3 is overdue but may not be cleaned yet (reference 3.5).
+    # Min lag wins over max lag: segment 3 is overdue but may not be cleaned yet
+    # (docs/kafka-format.md §4.4).
     held = at(30)
     assert (held.compaction_delay_ms, held.cleanable_bytes, held.must_clean_bytes) == (
         2 * HOUR,

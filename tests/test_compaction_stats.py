@@ -1,4 +1,4 @@
-"""CleanerStats and PreCleanStats: Kafka's arithmetic (reference 5), merging, the summary dict."""
+"""CleanerStats and PreCleanStats: Kafka's arithmetic (kafka-format.md §4.15), merging, summary."""
 
 from __future__ import annotations
 

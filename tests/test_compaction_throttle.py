@@ -1,4 +1,4 @@
-"""The cleaner I/O throttler: Kafka's Throttler arithmetic (reference 3.16) on a fake clock.
+"""The cleaner I/O throttler: Kafka's Throttler arithmetic (kafka-format.md §4.14) on a fake clock.
 
 Only the stop-event test uses real threads and real time, and it asserts behaviour (a 30 s sleep
 ends soon after stop is set) with a loose bound, never speed.

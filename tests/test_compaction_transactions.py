@@ -1,11 +1,11 @@
-"""Transaction bookkeeping and batch decisions of a cleaning pass (reference 3.9, 3.11, tests 5-16).
+"""Transaction bookkeeping and batch decisions of a cleaning pass (kafka-format.md §4.8, §4.10).
 
 The unit tests call ``CleanedTransactionMetadata`` directly. The scenario tests replay Kafka's
 LogCleanerTest cases on hand-built batch sequences with a tiny model of pass 2 (``Sim``): the
-metadata and ``batch_retention`` decide each batch, and the model applies reference 3.12 (records
-kept by an offset map of latest offsets, delete horizons stamped on surviving markers, header-only
-batches for RETAIN_EMPTY). Each pass reads the aborted txns from the index the previous pass wrote,
-as the real cleaner reads its cleaned segments' ``.txnindex``.
+metadata and ``batch_retention`` decide each batch, and the model applies docs/kafka-format.md §4.11
+(records kept by an offset map of latest offsets, delete horizons stamped on surviving markers,
+header-only batches for RETAIN_EMPTY). Each pass reads the aborted txns from the index the previous
+pass wrote, as the real cleaner reads its cleaned segments' ``.txnindex``.
 """
 
 from __future__ import annotations
@@ -278,7 +278,7 @@ class Batch:
 
 
 class Sim:
-    """A log of batches cleaned by the metadata and ``batch_retention`` (reference 3.12 model)."""
+    """A log of batches cleaned by the metadata and ``batch_retention`` (kafka-format.md §4.11)."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp = tmp_path

@@ -1,4 +1,4 @@
-"""The test vectors of reference section 2.6, built byte for byte and parsed field by field."""
+"""The test vectors of docs/kafka-format.md §2.7, built byte for byte and parsed field by field."""
 
 from __future__ import annotations
 

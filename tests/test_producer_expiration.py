@@ -1,4 +1,4 @@
-"""Producer expiration (``producer.id.expiration.ms``, reference 3.11).
+"""Producer expiration (``producer.id.expiration.ms``, docs/kafka-format.md §4.10).
 
 Kafka keeps each producer's last batch (at least as an empty header) while the producer is in its
 producer state, and drops a producer from that state once it has no open transaction and its

@@ -1,6 +1,6 @@
 """The Prometheus exposition built from hand-made snapshots, read back with the client's parser.
 
-Checks names, units and Kafka's computations (reference section 5): maxima over the workers'
+Checks names, units and Kafka's computations (docs/kafka-format.md §4.15): maxima over the workers'
 last passes, the recopy ratio over their sums, delays in seconds, zeros without workers,
 uncleanable figures per log dir, and the per-partition switch.
 """

@@ -2,12 +2,12 @@
 
 Transactional logs (several producers interleaved, commits and aborts, transactions spanning
 segments, aborts with data in an earlier segment and with none at all) are written through the
-record API and replica style (ready-made batches from kafka-python's builder, several per
-append). The ``.txnindex`` entries they must hold come from an oracle written here from Kafka's
-rule (reference 1.6, ``ProducerStateManager.lastStableOffset``), not from cleanerd's walk. Then
-the indexes are deleted or damaged, and: reopening rebuilds them byte for byte, ``verify``
-reports the damage, and compaction keeps exactly the model's survivors (no committed record lost,
-no aborted record anywhere).
+record API and replica style (ready-made batches from kafka-python's builder, several per append).
+The ``.txnindex`` entries they must hold come from an oracle written here from Kafka's rule
+(docs/kafka-format.md §3.5, ``ProducerStateManager.lastStableOffset``), not from cleanerd's walk.
+Then the indexes are deleted or damaged, and: reopening rebuilds them byte for byte, ``verify``
+reports the damage, and compaction keeps exactly the model's survivors (no committed record lost, no
+aborted record anywhere).
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def test_rename_and_delete_without_file(tmp_path: Path) -> None:
 def test_collect_matches_reading_the_file(
     steps: list[tuple[int, int, int]], fetch: int, upper: int
 ) -> None:
-    """Entries written, read back from raw bytes, and searched by the rules of reference 1.6."""
+    """Entries written, read back from raw bytes, and searched by kafka-format.md §3.5's rules."""
     with tempfile.TemporaryDirectory() as tmp:
         idx = TransactionIndex(Path(tmp) / "p.txnindex", 0)
         txns, last = [], 0

@@ -17,7 +17,7 @@ from cleanerd.compaction.topic_config import TopicCleanerConfig
 
 
 class Bound(enum.Enum):
-    """The rule that set a log's first uncleanable offset (reference 3.3)."""
+    """The rule that set a log's first uncleanable offset (docs/kafka-format.md §4.2)."""
 
     ACTIVE_SEGMENT = "active_segment"  # the active segment's base offset
     LAST_STABLE_OFFSET = "last_stable_offset"  # an open transaction, or the high watermark

@@ -1,4 +1,4 @@
-"""Pass 1: the offset map over the dirty range (reference 3.7: ``buildOffsetMap``).
+"""Pass 1: the offset map over the dirty range (docs/kafka-format.md §4.6: ``buildOffsetMap``).
 
 Per chunk of batches: the transaction verdicts (aborted data and control batches never enter the
 map), then for the other data batches, under the offset strategy, one ``fused.map_records`` call

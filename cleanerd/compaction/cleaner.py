@@ -1,4 +1,4 @@
-"""One cleaning of one partition log: Kafka's ``Cleaner.doClean`` (reference 3.6 to 3.15).
+"""One cleaning of one partition log: Kafka's ``Cleaner.doClean`` (kafka-format.md §4.5-§4.13).
 
 1. Pass 1 (``build_map``): the offset map over [first dirty, first uncleanable); when it fills,
    the pass ends early and ``end_offset`` falls inside the range (a later cleaning goes on). Under

@@ -1,4 +1,4 @@
-"""Pass 2 decisions for one chunk of batches (reference 3.9, 3.10, 3.12: ``filterTo``).
+"""Pass 2 decisions for one chunk of batches (docs/kafka-format.md §4.8, §4.9, §4.11: ``filterTo``).
 
 Kafka decides batch by batch and record by record; here the batch rules are numpy masks over the
 chunk's batch matrix and the record rule is one kernel call (``fused.decide_records``):
@@ -62,7 +62,7 @@ class ProducerTable:
         self.epochs = np.array([last_records[p][1] for p in pids], dtype=np.int64)
 
     def is_last_record(self, batches: I64, is_control: Bools) -> Bools:
-        """Whether each batch holds its (active) producer's latest state (reference 3.9)."""
+        """Whether each batch holds its (active) producer's latest state (kafka-format.md §4.8)."""
         n = self.pids.shape[0]
         pid = batches[:, k.B_PRODUCER_ID]
         if n == 0:

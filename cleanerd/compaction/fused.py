@@ -311,7 +311,7 @@ def decide_records(
     kept_tombstone: Arr,
     winners_from: int,
 ) -> tuple[int, int, int]:
-    """Pass 2's record rule for the records of batch ``rows`` (reference 3.10).
+    """Pass 2's record rule for the records of batch ``rows`` (docs/kafka-format.md §4.8, §4.9).
 
     Batch ``b``'s records are ``first[b] .. first[b] + counts[b] - 1`` of the record arrays
     (``versions``/``has_version`` are read only when ``versioned``). A record is kept when its

@@ -1,4 +1,4 @@
-"""Grouping segments for pass 2 (reference 3.8: Kafka's ``groupSegmentsBySize``).
+"""Grouping segments for pass 2 (docs/kafka-format.md §4.7: Kafka's ``groupSegmentsBySize``).
 
 Each group becomes one cleaned segment named after its first base offset. A group grows while the
 sum of ``.log`` sizes stays within ``segment.bytes``, the sums of offset- and time-index bytes

@@ -1,9 +1,9 @@
 """The bounded offset map of pass 1: 128-bit key hash -> winning offset (and version).
 
-Kafka's SkimpyOffsetMap (reference 3.7) with the same sizing and "full" rule, laid out for numba:
-one ``uint64[slots, width]`` table, a row per slot, so a probe touches one cache line for hash,
-offset and version. ``width`` is 3 (24 bytes: h1, h2, offset) for the offset strategy and 4
-(32 bytes: + version) for timestamp and header, as the design's memory budget says.
+Kafka's SkimpyOffsetMap (docs/kafka-format.md §4.6) with the same sizing and "full" rule, laid out
+for numba: one ``uint64[slots, width]`` table, a row per slot, so a probe touches one cache line for
+hash, offset and version. ``width`` is 3 (24 bytes: h1, h2, offset) for the offset strategy and 4
+(32 bytes: + version) for timestamp and header, the KIP-280 cost (docs/kafka-format.md §5).
 
 * Empty slot: hash (0, 0). murmur3 of the empty key is (0, 0), so a real (0, 0) hash is remapped
   to ``(0, ZERO_HASH_REMAP)`` on every put, get and retain check (a clash needs a 2^-128 match).

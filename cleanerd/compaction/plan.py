@@ -2,10 +2,11 @@
 
 Pure functions over segment metadata: ``LogMeta.from_log`` reads a log once, everything else is
 arithmetic, so the daemon can rank many logs cheaply and tests can build logs by hand. The rules are
-Kafka's, function for function (reference 3.2 to 3.5): ``cleanable_offsets`` is LogCleanerManager's
-``cleanableOffsets``, ``log_to_clean`` is ``LogToClean`` with ``calculateCleanableBytes``,
-``max_compaction_delay`` is ``maxCompactionDelay``. The must-clean ratio and ``rank`` are KIP-354's
-design, which Kafka never shipped (it only makes overdue logs eligible; cleanerd cleans them first).
+Kafka's, function for function (docs/kafka-format.md §4.1 to §4.4): ``cleanable_offsets`` is
+LogCleanerManager's ``cleanableOffsets``, ``log_to_clean`` is ``LogToClean`` with
+``calculateCleanableBytes``, ``max_compaction_delay`` is ``maxCompactionDelay``. The must-clean
+ratio and ``rank`` are KIP-354's proposal, which Kafka never shipped (it only makes overdue logs
+eligible; cleanerd cleans them first).
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def non_active_segments_from(log: LogMeta, offset: int) -> tuple[SegmentMeta, ..
     return segments_between(log, offset, active_base)
 
 
-# --- reference 3.3: the cleanable range -----------------------------------------------------------
+# --- docs/kafka-format.md §4.2: the cleanable range ----------------------------------------------
 class OffsetsToClean(NamedTuple):
     """Kafka's OffsetsToClean; the upper bound is not yet rounded to a segment boundary."""
 
@@ -163,7 +164,7 @@ def cleanable_offsets(log: LogMeta, config: TopicCleanerConfig, now_ms: int) -> 
     return OffsetsToClean(first_dirty, max(first_dirty, min(bounds)), force)
 
 
-# --- reference 3.4: bytes and the dirty ratio -----------------------------------------------------
+# --- docs/kafka-format.md §4.1: bytes and the dirty ratio ----------------------------------------
 class LogToClean(NamedTuple):
     """Kafka's LogToClean sizes; ``first_uncleanable_offset`` is rounded down to a segment base."""
 
@@ -195,7 +196,7 @@ def log_to_clean(log: LogMeta, first_dirty_offset: int, uncleanable_offset: int)
     )
 
 
-# --- reference 3.5: KIP-354 as Kafka implements it, plus the must-clean bytes of its design -------
+# --- docs/kafka-format.md §4.4: KIP-354 as Kafka implements it, plus the KIP's must-clean bytes --
 def _clean_until(config: TopicCleanerConfig, now_ms: int) -> int:
     return now_ms - max(config.max_compaction_lag_ms, 0)
 
@@ -274,7 +275,7 @@ class CleaningPlan:
 
     @property
     def must_clean_ratio(self) -> float:
-        """Overdue cleanable bytes / (clean + cleanable) bytes (KIP-354's design)."""
+        """Overdue cleanable bytes / (clean + cleanable) bytes (KIP-354's proposal)."""
         total = self.total_bytes
         return self.must_clean_bytes / total if total else 0.0
 

@@ -1,4 +1,4 @@
-"""Rebuilding the batches that lost records (reference 3.12: ``buildRetainedRecordsInto``).
+"""Rebuilding the batches that lost records (kafka-format.md §4.11: ``buildRetainedRecordsInto``).
 
 A kept record's bytes do not change except for its timestamp delta (the base timestamp becomes
 the first kept record's timestamp, or the delete horizon) and so its length: the offset delta is

@@ -1,4 +1,4 @@
-"""What one cleaning did: Kafka's ``CleanerStats`` and ``PreCleanStats`` (reference 3.5, 3.6, 5).
+"""What one cleaning did: Kafka's ``CleanerStats`` and ``PreCleanStats`` (kafka-format.md §4.15).
 
 The engine fills ``CleanerStats`` during a pass; the daemon turns it into the one summary log line
 (``summary``, Kafka's per-pass message as a JSON-ready dict) and the metrics (recopy ratio, buffer

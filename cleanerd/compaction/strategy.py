@@ -1,13 +1,13 @@
 """KIP-280 compaction strategies: which record of a key survives, and each record's "version".
 
-Kafka keeps the record with the highest offset per key (``offset``). KIP-280 (never merged
-upstream, reference 6.1) adds ``timestamp`` (highest record timestamp) and ``header`` (highest
+Kafka keeps the record with the highest offset per key (``offset``). KIP-280 (never merged upstream,
+docs/kafka-format.md §5) adds ``timestamp`` (highest record timestamp) and ``header`` (highest
 8-byte big-endian signed value of a named header). For those two a record may lack a version (no
-such header, or one of the wrong length), so "missing" is carried as a separate flag rather than
-a sentinel: every int64 is a legal header version. The rule, in ``wins``: a record with a version
-beats one without; between two with versions the higher wins; otherwise (neither, or equal
-versions) the higher offset wins. The settings' values (``Strategy``, ``StrategyConfig``) live
-with the other topic settings in ``cleanerd.topic_model``; this module holds the kernels.
+such header, or one of the wrong length), so "missing" is carried as a separate flag rather than a
+sentinel: every int64 is a legal header version. The rule, in ``wins``: a record with a version
+beats one without; between two with versions the higher wins; otherwise (neither, or equal versions)
+the higher offset wins. The settings' values (``Strategy``, ``StrategyConfig``) live with the other
+topic settings in ``cleanerd.topic_model``; this module holds the kernels.
 """
 
 from __future__ import annotations

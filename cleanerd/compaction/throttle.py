@@ -1,4 +1,4 @@
-"""Kafka's cleaner I/O throttler (reference 3.16), shared by all cleaning threads.
+"""Kafka's cleaner I/O throttler (docs/kafka-format.md §4.14), shared by all cleaning threads.
 
 Same arithmetic as Kafka's ``Throttler``: bytes accumulate over a period; at the first call more
 than ``check_interval_s`` after the period start, if the observed rate is above the target, the

@@ -1,4 +1,6 @@
-"""Per-pass transaction bookkeeping and the batch-level keep/drop decision (reference 3.9, 3.11).
+"""Per-pass transaction bookkeeping and the batch-level keep/drop decision.
+
+The rules are docs/kafka-format.md §4.8 and §4.10.
 
 Kafka's ``CleanedTransactionMetadata`` and the filter's ``checkBatchRetention``, rule for rule.
 They run once per batch header (never per record), so plain Python is fast enough; the record-level

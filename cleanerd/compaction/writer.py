@@ -1,4 +1,4 @@
-"""Writing what pass 2 keeps into the ``.cleaned`` segment (reference 3.12, 3.13).
+"""Writing what pass 2 keeps into the ``.cleaned`` segment (docs/kafka-format.md §4.11, §4.12).
 
 COPY batches are the source segment's bytes as they are; REBUILD batches are re-encoded with
 their kept records (``rebuild``: same base and last offset, producer fields, codec at its default

@@ -1,8 +1,8 @@
 """Writes v2 batches: data, header-only (emptied) and transaction-marker batches.
 
 Used by ``cleanerd gen``, the append path and the cleaner's rebuilds. Offsets and timestamps are
-stored as deltas from the batch's base offset and base timestamp, as reference 2.2 says; the CRC32C
-covers bytes [21, end).
+stored as deltas from the batch's base offset and base timestamp, as docs/kafka-format.md §2.3
+says; the CRC32C covers bytes [21, end).
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def build_empty_batch(
     base_sequence: int = NO_SEQUENCE,
     partition_leader_epoch: int = NO_PARTITION_LEADER_EPOCH,
 ) -> bytes:
-    """The 61-byte header Kafka keeps for an emptied batch (reference 3.12, RETAIN_EMPTY)."""
+    """The 61-byte header Kafka keeps for an emptied batch (kafka-format.md §4.11, RETAIN_EMPTY)."""
     header = BatchHeader(
         base_offset=base_offset,
         batch_length=HEADER_SIZE - LOG_OVERHEAD,

@@ -1,4 +1,4 @@
-"""Kafka's compression codecs with Kafka's own framing (reference section 2.5).
+"""Kafka's compression codecs with Kafka's own framing (docs/kafka-format.md §2.5).
 
 snappy is written in xerial framing (what Kafka's Java producer writes) and read in both xerial
 and raw form; lz4 is an LZ4 frame with independent 64 KiB blocks (Kafka rejects linked blocks);

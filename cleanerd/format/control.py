@@ -1,4 +1,4 @@
-"""Control records (reference 2.3): key = (version, type), EndTransactionMarker values."""
+"""Control records (kafka-format.md §2.4): key = (version, type), EndTransactionMarker values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CRC32C of v2 batches (reference 2.1), the one place that computes it.
+"""CRC32C of v2 batches (docs/kafka-format.md §2.1), the one place that computes it.
 
 ``checksum`` is one buffer through the ``crc32c`` library; ``first_bad_crc_each`` checks batches
 one library call each (the reader's check, and the only path on CPUs without SSE4.2).

@@ -1,4 +1,4 @@
-"""The 61-byte v2 batch header (reference 2.1): fields, attribute bits, pack and parse."""
+"""The 61-byte v2 batch header (kafka-format.md §2.1, §2.2): fields, attribute bits, pack, parse."""
 
 from __future__ import annotations
 

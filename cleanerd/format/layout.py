@@ -1,4 +1,4 @@
-"""Where each field of the 61-byte v2 batch header sits (reference 2.1), written once.
+"""Where each field of the 61-byte v2 batch header sits (docs/kafka-format.md §2.1), written once.
 
 ``header.py`` packs and parses the header with ``struct``; the numba kernels (batch walk,
 rebuild, CRC) read and write fields at these byte offsets. Module-level ints are compile-time

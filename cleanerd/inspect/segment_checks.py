@@ -187,7 +187,7 @@ def _skipped_note(path: Path, check: str, skipped: int, result: SegmentResult) -
 def _check_offset_index(
     seg: LogSegment, b: I64, data_end: int, damaged: bool, result: SegmentResult
 ) -> None:
-    """Kafka's sanity check, then reference 1.4's layout rule for every entry.
+    """Kafka's sanity check, then the layout rule of docs/kafka-format.md §3.3 for every entry.
 
     An entry (o, p) says: a chunk of batches appended together starts at byte p and o is an
     offset in it (Kafka writes the chunk's largest offset; recovery writes one batch's last
@@ -277,9 +277,9 @@ def _check_time_index(seg: LogSegment, b: I64, damaged: bool, result: SegmentRes
 
 
 def _check_txn_index(seg: LogSegment, result: SegmentResult) -> None:
-    """Sanity check and entry order (reference 1.6); the entries are checked against the ABORT
-    markers of the whole log by ``verify`` (``storage.txn_check``): a transaction's data can lie
-    in earlier segments."""
+    """Sanity check and entry order (docs/kafka-format.md §3.5); the entries are checked against
+    the ABORT markers of the whole log by ``verify`` (``storage.txn_check``): a transaction's data
+    can lie in earlier segments."""
     index = seg.txn_index
     path = index.path
     if not index.exists:

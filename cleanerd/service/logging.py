@@ -1,4 +1,4 @@
-"""structlog setup: JSON lines for machines, console rendering for humans (python-ecosystem 4(d)).
+"""structlog setup: JSON lines for machines, console rendering for humans (docs/operations.md).
 
 The daemon logs through structlog directly (stdlib ``logging`` would be a bottleneck and adds
 nothing); stdlib logging is configured only so third-party libraries (aiohttp, asyncio) write

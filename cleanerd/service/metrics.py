@@ -2,11 +2,11 @@
 
 A custom collector reads one frozen snapshot per scrape instead of keeping gauges updated from
 every code path: the figures then always agree with each other and with ``/status``, and a scrape
-never touches asyncio objects or half-updated manager records (python-ecosystem 4(c)). Only the
+never touches asyncio objects or half-updated manager records. Only the
 clean-duration histogram is a live prometheus object, because a distribution cannot be rebuilt
 from a snapshot.
 
-The Kafka gauges keep Kafka's computations (reference section 5) but report ratios (0..1) and
+The Kafka gauges keep Kafka's computations (docs/kafka-format.md §4.15) but report ratios (0..1) and
 seconds (floats) instead of Kafka's truncated integer percents and seconds. Like Kafka's, they
 read 0 when there are no workers.
 """
@@ -80,7 +80,7 @@ def _tombstones(expired: int, superseded: int) -> CounterMetricFamily:
 
 
 def _kafka_gauges(s: DaemonSnapshot) -> list[Metric]:
-    """Kafka's LogCleaner and LogCleanerManager gauges (reference section 5)."""
+    """Kafka's LogCleaner and LogCleanerManager gauges (docs/kafka-format.md §4.15)."""
     workers = s.workers
     has_workers = bool(workers)  # Kafka: every gauge reads 0 without cleaner threads
     read = sum(w.last_bytes_read for w in workers)
@@ -246,7 +246,7 @@ class DaemonMetrics:
     """The daemon's own registry: snapshot collector, clean-duration histogram, build info."""
 
     def __init__(self, snapshot: Callable[[], DaemonSnapshot]) -> None:
-        # _created series only add noise for a single long-lived process (python-ecosystem 4(c));
+        # _created series only add noise for a single long-lived process;
         # the switch is process-wide in prometheus_client.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)

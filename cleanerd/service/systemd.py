@@ -1,4 +1,4 @@
-"""systemd ``Type=notify`` support in a few lines of stdlib socket code (python-ecosystem 4(b)).
+"""systemd ``Type=notify`` support in a few lines of stdlib socket code (no libsystemd binding).
 
 The protocol is one datagram of ``KEY=VALUE`` lines to the AF_UNIX socket named by
 ``$NOTIFY_SOCKET`` (a leading ``@`` means the abstract namespace). Without that variable (a

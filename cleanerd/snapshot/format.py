@@ -1,9 +1,9 @@
 """The snapshot file itself: v2 batches framed by SNAPSHOT_HEADER and SNAPSHOT_FOOTER records.
 
-Kafka's layout (reference 6.2): a control batch whose first record is SNAPSHOT_HEADER (value:
-int16 version 0, int64 lastContainedLogTimestamp, one empty tagged-field byte: 11 bytes), the data
-batches, then a control batch holding SNAPSHOT_FOOTER (int16 version 0 + tagged byte: 3 bytes).
-Offsets inside the file start at 0 and count every record, control records included; the
+Kafka's layout (docs/kafka-format.md §6): a control batch whose first record is SNAPSHOT_HEADER
+(value: int16 version 0, int64 lastContainedLogTimestamp, one empty tagged-field byte: 11 bytes),
+the data batches, then a control batch holding SNAPSHOT_FOOTER (int16 version 0 + tagged byte: 3
+bytes). Offsets inside the file start at 0 and count every record, control records included; the
 partition leader epoch of every batch is the snapshot's epoch. A file without its footer was never
 finished and is not a snapshot.
 """

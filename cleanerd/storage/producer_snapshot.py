@@ -1,4 +1,4 @@
-"""Kafka's producer-state snapshot files, ``<offset>.snapshot`` (reference 1.7).
+"""Kafka's producer-state snapshot files, ``<offset>.snapshot`` (docs/kafka-format.md §3.8).
 
 A broker writes one per segment roll (``ProducerStateManager.writeSnapshot``): the producers it
 knew up to that offset, so a restart need not replay the whole log. Version 1 layout, big

@@ -1,4 +1,4 @@
-"""Where KIP-630 snapshots live and how they are named (reference 6.2); snapshot/ writes them.
+"""Where KIP-630 snapshots live and how they are named (kafka-format.md §6); snapshot/ writes them.
 
 In storage/ because the log's own keepers read it too: the cleaner keeps the tombstones a
 snapshot still needs (``oldest_snapshot_end``).

@@ -1,9 +1,9 @@
 """The swap protocol (``.cleaned`` -> ``.swap`` -> ``.deleted``) and its crash recovery.
 
-This is what makes replacing segments crash-safe (reference 3.14). ``replace_segments`` renames in
-Kafka's order; ``recover_temp_files`` runs when a partition is opened and either finishes a swap
-whose new files all reached ``.swap`` or rolls back one that had not, so the log holds either the
-old segments or the new one, never a mix.
+This is what makes replacing segments crash-safe (docs/kafka-format.md §3.10). ``replace_segments``
+renames in Kafka's order; ``recover_temp_files`` runs when a partition is opened and either finishes
+a swap whose new files all reached ``.swap`` or rolls back one that had not, so the log holds either
+the old segments or the new one, never a mix.
 
 Kafka trusts any ``.swap`` file it finds: a stray or damaged one would replace good segments. So
 recovery first checks every temporary file and plans every step, and only then acts; a file it
@@ -126,7 +126,7 @@ def recover_temp_files(directory: Path, config: LogConfig) -> RecoveryReport:
 
 
 def _plan_recovery(directory: Path) -> _Plan:
-    """Kafka's recovery steps (reference 3.14) as a plan; raises before any step if unsafe."""
+    """Kafka's recovery steps (kafka-format.md §3.10) as a plan; raises before any unsafe step."""
     plan = _Plan()
     cleaned: list[tuple[int, Path]] = []
     swaps: list[tuple[int, str, Path]] = []  # (base, segment suffix, path)

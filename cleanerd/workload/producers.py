@@ -3,7 +3,8 @@
 Each batch goes to a writer picked at random, so transactions of different producers interleave
 as they do on a real broker. Idempotent and transactional producers carry a producer id, an epoch
 and running sequence numbers (lastSequence = baseSequence + lastOffsetDelta, wrapping at 2^31,
-reference 2.1), continuing from the log's producer state when appending to existing data.
+docs/kafka-format.md §2.1), continuing from the log's producer state when appending to existing
+data.
 """
 
 from __future__ import annotations

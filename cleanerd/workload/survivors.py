@@ -4,7 +4,7 @@ Kept deliberately simple (dicts, log order, no hashing) so it is obviously right
 compaction engine compare the engine's output with :func:`expected_survivors` on any log, and
 ``cleanerd gen`` feeds a :class:`SurvivorTracker` while it writes so it need not read back.
 
-Rules (reference 3.9-3.11 and 6.1):
+Rules (docs/kafka-format.md §4.8 to §4.10 and §5):
 
 * only data records with a key count; records of aborted transactions never survive;
 * records of transactions still open at the end are left out: they lie beyond the last stable
