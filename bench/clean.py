@@ -57,6 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cleanerd._jitcache import configure_numba_cache  # noqa: E402
+
+configure_numba_cache()  # before numba loads: importing cleanerd chooses no cache dir
+
 import numpy as np  # noqa: E402
 from _facts import emit  # noqa: E402
 

@@ -41,6 +41,9 @@ NOW_MS = 1_893_456_000_000  # clean.py's: every record is past any lag
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     """One measured clean, in a process whose ``cleanerd`` is the tree's (``PYTHONPATH``)."""
     import cleanerd  # noqa: PLC0415 (the tree's, found through PYTHONPATH in the child only)
+    from cleanerd._jitcache import configure_numba_cache  # noqa: PLC0415
+
+    configure_numba_cache()  # before numba loads: importing cleanerd chooses none
     from cleanerd.compaction.cleaner import Cleaner  # noqa: PLC0415
     from cleanerd.compaction.offset_map import OffsetMap  # noqa: PLC0415
     from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint, plan  # noqa: PLC0415

@@ -45,6 +45,10 @@ for p in (ROOT, ROOT / "bench"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
+from cleanerd._jitcache import configure_numba_cache  # noqa: E402
+
+configure_numba_cache()  # before numba loads: importing cleanerd chooses no cache dir
+
 from _daemon_support import (  # noqa: E402
     Daemon,
     build_count_dir,

@@ -35,6 +35,10 @@ for entry in (ROOT, ROOT / "bench"):
     if str(entry) not in sys.path:
         sys.path.insert(0, str(entry))
 
+from cleanerd._jitcache import configure_numba_cache  # noqa: E402
+
+configure_numba_cache()  # before numba loads: importing cleanerd chooses no cache dir
+
 from _facts import emit  # noqa: E402
 
 from tests.fuzz_support import (  # noqa: E402

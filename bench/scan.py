@@ -41,6 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cleanerd._jitcache import configure_numba_cache  # noqa: E402
+
+configure_numba_cache()  # before numba loads: importing cleanerd chooses no cache dir
+
 import crc32c  # noqa: E402
 import mmh3  # noqa: E402
 import numba  # noqa: E402

@@ -55,11 +55,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _facts import emit
+from cleanerd._jitcache import configure_numba_cache
 
-from cleanerd.spark.read import read_log
-from cleanerd.spark.session import build_session
-from cleanerd.workload import WorkloadSpec, generate
+configure_numba_cache()  # before numba loads: importing cleanerd chooses no cache dir
+
+from _facts import emit  # noqa: E402
+
+from cleanerd.spark.read import read_log  # noqa: E402
+from cleanerd.spark.session import build_session  # noqa: E402
+from cleanerd.workload import WorkloadSpec, generate  # noqa: E402
 
 NOW = 1_800_000_000_000
 READ_VERSION = 1  # bump when the read data's layout changes

@@ -8,6 +8,11 @@ every command would die at import. So the first writable of these is used, in or
 ``$CACHE_DIRECTORY`` (``CacheDirectory=``); ``$XDG_CACHE_HOME`` or ``~/.cache``, under
 ``cleanerd/numba``. When none is, a private temporary dir (mode 0700, removed at exit) with one
 warning saying why and how to fix it: every run then compiles its kernels again.
+
+Nothing here runs on import: each entry point calls :func:`configure_numba_cache` before it
+imports numba (numba reads ``NUMBA_CACHE_DIR`` once, when it is imported), so that a library
+import of ``cleanerd`` writes no probe file, prints nothing and registers no exit handler.
+Calling it again is harmless: the dir it chose is then ``NUMBA_CACHE_DIR`` and writable.
 """
 
 from __future__ import annotations

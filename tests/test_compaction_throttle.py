@@ -209,16 +209,32 @@ def test_threads_totals_are_exact() -> None:
     assert t.bytes_total / total_time == pytest.approx(1000, rel=0.05)
 
 
+class _WatchedStop(threading.Event):
+    """A stop event that says when a sleeper starts waiting on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waited_on = threading.Event()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waited_on.set()
+        return super().wait(timeout)
+
+
 def test_stop_event_ends_a_long_sleep_promptly() -> None:
-    stop = threading.Event()
+    stop = _WatchedStop()
     t = Throttler(1, check_interval_s=0.0, stop=stop)
+    created = time.monotonic()  # at or after the throttler's period start
     t.maybe_throttle(0)
-    time.sleep(0.01)
+    # the period must have lasted a moment (> check_interval_s, 0) for the next call to check:
+    # wait for the clock to tick, no longer
+    while time.monotonic() <= created:
+        pass
     result: list[float] = []
     worker = threading.Thread(target=lambda: result.append(t.maybe_throttle(30)))
     began = time.monotonic()
     worker.start()
-    time.sleep(0.1)
+    assert stop.waited_on.wait(timeout=10)  # the worker is in its throttled sleep
     assert worker.is_alive()  # asleep for about 30 s
     stop.set()
     worker.join(timeout=10)

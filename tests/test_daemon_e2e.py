@@ -195,7 +195,11 @@ def test_sigterm_during_a_long_clean_exits_0_and_leaves_no_cleaned_file(tmp_path
             timeout=30,
             what="a cleaning in progress",
         )
-        time.sleep(0.5)  # let it get into the throttled passes
+        poll_until(  # into the throttled passes: one throttled sleep has ended
+            lambda: sample_value(d.scrape(), "cleanerd_throttle_sleep_seconds_total") > 0,
+            timeout=60,
+            what="a throttled sleep",
+        )
         started = time.monotonic()
         d.signal(signal.SIGTERM)
         assert d.wait(timeout=30) == 0

@@ -14,8 +14,11 @@ import pytest
 from cleanerd import _jitcache
 
 REPO = Path(__file__).resolve().parents[1]
+# as an entry point does: the cache dir first, then the kernels (importing cleanerd chooses none)
 _SCRIPT = (
-    "import os, stat, cleanerd;"
+    "import os, stat;"
+    "from cleanerd._jitcache import configure_numba_cache;"
+    "configure_numba_cache();"
     "from cleanerd.format.builder import build_batch;"
     "from cleanerd.format.records import Record;"
     "from cleanerd.format.reader import scan_batches;"

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import spark_hooks
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,7 +31,7 @@ from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot
 from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
-from cleanerd.spark.plan_b import FAIL_WRITE_CONF, HOLD_WRITE_CONF, SMALL_PASS_CONF
+from cleanerd.spark.plan_b import BEFORE_WRITE_CONF, SMALL_PASS_CONF
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.workload import WorkloadSpec, generate
@@ -178,12 +179,13 @@ def test_a_failed_write_task_leaves_the_log_as_it_was_and_a_rerun_succeeds(
     compact_locally(local, relocated(jobs, local))
     before = tree(logdir)
 
-    spark.conf.set(FAIL_WRITE_CONF, "1")
+    spark_hooks.ship(spark)
+    spark.conf.set(BEFORE_WRITE_CONF, "spark_hooks:fail_group_1")
     spark.conf.set(SMALL_PASS_CONF, small)
     try:
         (failed,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
     finally:
-        spark.conf.unset(FAIL_WRITE_CONF)
+        spark.conf.unset(BEFORE_WRITE_CONF)
         spark.conf.unset(SMALL_PASS_CONF)
     assert failed.plan is Plan.B
     assert failed.summary is None
@@ -235,7 +237,7 @@ def test_a_writer_appends_while_a_plan_b_job_runs_and_the_result_is_the_local_en
 ) -> None:
     """Plan B holds the writer lock as the local cleaner does (swaps, brief reads), not for the
     job: another thread's append through storage's appender completes while the job's write
-    tasks are held (``HOLD_WRITE_CONF``), and the records that were there are compacted byte for
+    tasks are held (``spark_hooks.hold``), and the records that were there are compacted byte for
     byte as ``cleanerd compact`` compacts them, the appended batch after them."""
     spec: dict[str, Any] = {"records": 2000, "keys": 100, "records_per_batch": 10}
     spec |= {"tombstone_ratio": 0.2, "transactional_producers": 1, "segment_bytes": 8_000}
@@ -267,11 +269,12 @@ def test_a_writer_appends_while_a_plan_b_job_runs_and_the_result_is_the_local_en
     threads = [threading.Thread(target=f, daemon=True) for f in (writer, release)]
     for t in threads:
         t.start()
-    spark.conf.set(HOLD_WRITE_CONF, str(gate))
+    spark_hooks.ship(spark)
+    spark.conf.set(BEFORE_WRITE_CONF, "spark_hooks:hold")
     try:
         (result,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
     finally:
-        spark.conf.unset(HOLD_WRITE_CONF)
+        spark.conf.unset(BEFORE_WRITE_CONF)
         (gate / "go").touch()
         for t in threads:
             t.join(timeout=120)

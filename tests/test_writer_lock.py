@@ -94,6 +94,27 @@ def assert_consistent(directory: Path) -> None:
     assert report.ok, [p.message for p in report.problems]
 
 
+def _blocked_in_flock(pid: int, directory: Path) -> bool:
+    """Whether ``pid`` waits for a flock on ``directory``: ``/proc/locks`` lists each waiter as
+    ``N: -> FLOCK ADVISORY WRITE <pid> <major>:<minor>:<inode> 0 EOF``."""
+    inode = directory.stat().st_ino
+    waiters = [line.split() for line in Path("/proc/locks").read_text().splitlines()]
+    return any(
+        len(f) >= 7
+        and f[1:3] == ["->", "FLOCK"]
+        and int(f[5]) == pid
+        and int(f[6].rsplit(":", 1)[1]) == inode
+        for f in waiters
+    )
+
+
+def _wait_until_blocked_in_flock(pid: int, directory: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not _blocked_in_flock(pid, directory):
+        assert time.monotonic() < deadline, f"process {pid} never blocked on {directory}'s lock"
+        time.sleep(0.01)
+
+
 # --- the lock -----------------------------------------------------------------------------------
 def test_lock_excludes_another_process_and_adds_no_file(tmp_path: Path) -> None:
     directory = partition_dir(tmp_path)
@@ -124,7 +145,7 @@ def test_a_waiting_process_gets_the_lock_only_after_release(tmp_path: Path) -> N
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "waiting"
-        time.sleep(0.2)  # give the child time to block in flock (not a timing assertion)
+        _wait_until_blocked_in_flock(child.pid, directory)
         marker.touch()
         lock.release()
         out, err = child.communicate(timeout=TIMEOUT)

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import click
 
 from cleanerd import __version__
+from cleanerd._jitcache import configure_numba_cache
 from cleanerd.cli import early_stop
 from cleanerd.cli.errors import guard
 
@@ -95,7 +96,12 @@ def _command(args: list[str]) -> str | None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point (``python -m cleanerd`` too).
+
+    Numba's cache dir is chosen here, before any command's module imports numba: importing
+    ``cleanerd`` does not choose it (``cleanerd._jitcache``).
+    """
     if _command(sys.argv[1:]) == "run":
         early_stop.install()
+    configure_numba_cache()
     cli()

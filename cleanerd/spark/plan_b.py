@@ -27,22 +27,26 @@ append to the active segment and roll meanwhile (the writer contract); a pass re
 inactive segments below its first uncleanable offset, which no writer changes, and the one-shot
 driver's target keeps its appends out of the passes, as for the local engine.
 
-Test hooks (the tests use them; nothing else does): the Spark conf ``spark.cleanerd.test.failWrite``
-set to a group number makes that group's write task fail after it started writing;
-``spark.cleanerd.test.holdWrite`` set to a directory makes every write task create
-``writing-<group>`` there and wait (at most ``HOLD_SECONDS``) until the file ``go`` exists.
-``SMALL_PASS_CONF`` (a tuning knob the tests use to take either way) bounds the small path.
+One fault-injection seam, for tests: ``BEFORE_WRITE_CONF`` names a function, as
+``module:function``, that every write task imports and calls with its group number and staging
+dir once its ``.cleaned`` segment exists and before it is filled (``BeforeWrite``). Write tasks
+run in Spark's Python workers, separate processes, so the hook travels as a name rather than an
+object; the module must be importable there (``SparkContext.addPyFile`` ships a file). A hook
+that raises fails the task as a write error would; one that blocks holds the task. Unset, the
+write tasks call nothing. ``SMALL_PASS_CONF`` (a tuning knob the tests use to take either way)
+bounds the small path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cleanerd.compaction.cleaner import CleanResult, trust_txn_indexes
 from cleanerd.compaction.external import (
@@ -75,9 +79,10 @@ from cleanerd.storage.segment import LogSegment
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-FAIL_WRITE_CONF = "spark.cleanerd.test.failWrite"
-HOLD_WRITE_CONF = "spark.cleanerd.test.holdWrite"
-HOLD_SECONDS = 120.0
+BEFORE_WRITE_CONF = "spark.cleanerd.planB.beforeWrite"
+"""``module:function`` of a ``BeforeWrite`` hook every write task calls (tests inject faults)."""
+BeforeWrite = Callable[[int, Path], None]
+"""A write task's hook: its group number and its staging dir, the ``.cleaned`` segment in it."""
 STATS_FILE = "stats.json"
 BUCKET_SOURCE_BYTES = 512 << 20
 """Source segment bytes per bucket of the winners' shuffle (whole waves: a multiple of the
@@ -115,14 +120,11 @@ class WriteJob:
     producers: dict[int, LastRecord]
     states: tuple[TxnState, ...]
     created_ms: int
-    fail_group: int | None = None
     tombstones_kept_from: int = LONG_MAX  # the oldest snapshot's end (external.tombstone_floor)
-    hold: str | None = None  # test hook: HOLD_WRITE_CONF's directory
+    before_write: str | None = None  # BEFORE_WRITE_CONF's ``module:function``
 
     def write(self, group: int, hashes: Any, offsets: Any, versions: Any, has: Any) -> None:
         """Filter group ``group`` into its staging dir, with its counters (``STATS_FILE``)."""
-        if self.hold is not None:
-            _hold(Path(self.hold), group)
         segments = self.segments.open()
         members = [segments[i] for i in self.segments.groups[group]]
         omap = winner_map(self.strategy, hashes, offsets, versions, has, self.latest_offset)
@@ -145,10 +147,8 @@ class WriteJob:
             created_ms=self.created_ms,
         )
         try:
-            if self.fail_group == group:
-                raise RuntimeError(
-                    f"injected failure writing group {group} ({FAIL_WRITE_CONF} is set)"
-                )
+            if self.before_write is not None:
+                load_hook(self.before_write)(group, where)
             with limit_decompression(self.segments.config.max_decompressed_message_bytes):
                 write_group(
                     segments, members, cleaned, ctx, restore_state(self.states[group]), stats
@@ -223,8 +223,7 @@ class SparkPass:
         )
         states = tuple(transaction_states(segments, groups))
         producers = last_records(log, config, now_ms)
-        fail = self.spark.conf.get(FAIL_WRITE_CONF, None)
-        hold = self.spark.conf.get(HOLD_WRITE_CONF, None)
+        before_write = self.spark.conf.get(BEFORE_WRITE_CONF, None)
         name = f"{log.topic_partition}"
         with job_dir(self.staging_root, log.directory.parent, name) as staging:
             job = WriteJob(
@@ -238,9 +237,8 @@ class SparkPass:
                 producers=producers,
                 states=states,
                 created_ms=log.clock(),
-                fail_group=int(fail) if fail not in (None, "") else None,
                 tombstones_kept_from=tombstone_floor(log),
-                hold=hold or None,
+                before_write=before_write or None,
             )
             times.prepare = time.monotonic() - t0
             scan = ScanJob(seg_set, start, upper, strategy)
@@ -341,12 +339,15 @@ def _dirty_bound(scan: ScanJob) -> int:
     return sum(max(bases[i + 1] - max(scan.start, bases[i]), 0) for i, _ in scan.segments.sources())
 
 
-def _hold(gate: Path, group: int) -> None:
-    """``HOLD_WRITE_CONF``'s hook: say the write task started, wait for the test's ``go``."""
-    (gate / f"writing-{group}").touch()
-    deadline = time.monotonic() + HOLD_SECONDS
-    while not (gate / "go").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+def load_hook(name: str) -> BeforeWrite:
+    """The function ``module:function`` names, imported in the process that calls it."""
+    module, sep, function = name.partition(":")
+    if not sep or not module or not function:
+        raise ValueError(f"{BEFORE_WRITE_CONF}={name!r}: expected module:function")
+    hook = getattr(importlib.import_module(module), function)
+    if not callable(hook):
+        raise TypeError(f"{BEFORE_WRITE_CONF}={name!r} is not callable")
+    return cast(BeforeWrite, hook)
 
 
 def _first_line(e: BaseException) -> str:

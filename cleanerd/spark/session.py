@@ -22,8 +22,11 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "8",
+    "spark.python.daemon.module": "cleanerd.spark.executor",
 }
-"""Settings cleanerd's sources and jobs rely on; a caller's ``conf`` overrides them."""
+"""Settings cleanerd's sources and jobs rely on; a caller's ``conf`` overrides them. The Python
+daemon is ``cleanerd.spark.executor``, which chooses numba's cache dir before a task imports a
+kernel (importing ``cleanerd`` does not)."""
 
 
 def build_session(
