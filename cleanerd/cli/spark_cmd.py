@@ -10,6 +10,12 @@ come from spark-submit's own options)::
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # spark-submit runs this file: numba's cache dir is chosen before
+    # the imports below load numba (an entry point's job, as ``cleanerd.cli.main`` does it)
+    from cleanerd._jitcache import configure_numba_cache
+
+    configure_numba_cache()
+
 import contextlib
 import json
 from pathlib import Path
