@@ -147,6 +147,9 @@ class Daemon:
         finally:
             if self.http is not None:
                 await self.http.close()
+            # closed already after a clean stop; after a failed task, the threads end here
+            if self.pool is not None:
+                await self.pool.threads.close(self._timeout_s)
             await self.service.close(self._timeout_s)
             for lock in self._locks:
                 lock.unlock()
@@ -164,6 +167,7 @@ class Daemon:
             stopped = asyncio.Event()
             if self.http is not None:
                 group.create_task(self._serve_http(self.http, stopped), name="http")
+            self._manager_running = True  # from now on, for /healthz, until the loop ends
             manager = group.create_task(self._manager(), name="manager")
             watchdog = group.create_task(self.notifier.run_watchdog(), name="watchdog")
             self.pool = WorkerPool(
@@ -294,7 +298,8 @@ class Daemon:
         manager.cancel()
         await asyncio.wait({manager})  # it ends at its next await (a survey thread runs on)
         timeout = self._timeout_s
-        finished = await self.pool.stop(timeout) if self.pool is not None else True
+        left = max(deadline - time.monotonic(), 0.0)
+        finished = await self.pool.stop(left) if self.pool is not None else True
         if finished and self.spark is not None:  # what is left of the timeout
             await self.spark.stop(max(deadline - time.monotonic(), 1.0), self.service.submit)
         if finished:
@@ -315,7 +320,6 @@ class Daemon:
     async def _manager(self) -> None:
         """The manager loop, whose crash is logged and stops the daemon (exit 1): without
         surveys no worker would find work again."""
-        self._manager_running = True
         try:
             await self._manager_loop()
         except Exception as e:
