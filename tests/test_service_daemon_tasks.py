@@ -10,12 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import structlog
 
 from cleanerd.compaction.cleaner import CleaningAbortedError
 from cleanerd.config import load_config
-from cleanerd.service import workers
+from cleanerd.scheduling.survey import Survey
+from cleanerd.service import snapshot_routes, workers
 from cleanerd.service.daemon import Daemon
 from cleanerd.service.workers import CLEAN_THREAD_PREFIX
 from tests.test_daemon_start_stop import _log_dir
@@ -236,3 +238,36 @@ async def test_a_pause_while_the_worker_waits_for_memory_takes_no_thread(
     finally:
         daemon.request_stop("test")
         assert await asyncio.wait_for(run, 60) == 0
+
+
+@pytest.mark.asyncio
+async def test_surveys_and_http_file_reads_run_on_the_service_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = _daemon(_log_dir(tmp_path))
+    ran: list[tuple[str, str]] = []
+    real_scan, real_listing = daemon.manager.scan, snapshot_routes._listing
+
+    def scan() -> Survey:
+        ran.append(("survey", threading.current_thread().name))
+        return real_scan()
+
+    def listing(directory: Path) -> list[dict[str, Any]]:
+        ran.append(("listing", threading.current_thread().name))
+        return real_listing(directory)
+
+    daemon.manager.scan = scan  # type: ignore[method-assign]
+    monkeypatch.setattr(snapshot_routes, "_listing", listing)
+    run = asyncio.create_task(daemon.run())
+    try:
+        await _until(lambda: daemon.ready)
+        assert daemon.http is not None
+        url = f"http://127.0.0.1:{daemon.http.port}/partitions/t/0/snapshots"
+        async with aiohttp.ClientSession() as client, client.get(url) as response:
+            assert response.status == 200
+            assert await response.json() == []
+    finally:
+        daemon.request_stop("test")
+        assert await asyncio.wait_for(run, 60) == 0
+    assert {what for what, _ in ran} == {"survey", "listing"}
+    assert all(thread.startswith("cleanerd-service_") for _, thread in ran), ran
