@@ -52,6 +52,12 @@ RESTART_SETTINGS = frozenset(
 """Settings a SIGHUP cannot change: the daemon keeps the old value and says so (and every
 ``cleanerd.engine.spark.conf.*``: the Spark session is built once; see ``restart_only``)."""
 MIB = 1 << 20
+MAX_CLEANER_THREADS = 64
+"""Upper bound of ``log.cleaner.threads``: each is a thread of the daemon's own pool and may
+hold a chunk's decompressed records (up to 4 x ``max.decompressed.message.bytes``) besides its
+share of the dedupe buffer, and a cleaning keeps one core busy, so past the cores a machine has
+more threads only add memory. Fixed rather than a multiple of ``os.cpu_count()`` so that one
+config checks the same on every host."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,7 @@ class CleanerdConfig(BaseModel):
 
     log_dirs: tuple[Path, ...] = Field(default=(Path("data"),), min_length=1)
     cleaner_enable: bool = True
-    threads: Count = 1
+    threads: Annotated[int, Field(ge=0, le=MAX_CLEANER_THREADS)] = 1
     dedupe_buffer_size: Count = 134_217_728
     load_factor: float = Field(default=0.9, gt=0.0, le=1.0)
     io_buffer_size: Count = 524_288

@@ -220,3 +220,17 @@ def test_check_refuses_a_spark_master_without_the_spark_extra(
     assert "command line" in err
     assert "pip install" in err
     assert run("check")[0] == 0  # no master: no Spark needed
+
+
+def test_check_refuses_more_cleaner_threads_than_the_bound(tmp_path: Path) -> None:
+    """``log.cleaner.threads`` sizes the daemon's cleaning thread pool: 64 at most."""
+    config = tmp_path / "c.toml"
+    config.write_text(f'log.dirs = "{tmp_path}"\n"log.cleaner.threads" = 65\n')
+    code, out, err = run("check", "--config", str(config))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"error: log.cleaner.threads = 65 (file {config}): must be at most 64"
+    ]
+    config.write_text(f'log.dirs = "{tmp_path}"\n"log.cleaner.threads" = 64\n')
+    code, out, err = run("check", "--config", str(config))
+    assert (code, err) == (0, "")

@@ -135,6 +135,7 @@ BAD = [
     ("log.cleaner.enable", "maybe", "must be true or false"),
     ("log.cleaner.threads", "-1", "must be at least 0"),
     ("log.cleaner.threads", "two", "must be an integer"),
+    ("log.cleaner.threads", "65", "must be at most 64"),
     ("log.cleaner.dedupe.buffer.size", "1048576", "1 MiB per cleaner thread"),
     ("log.cleaner.dedupe.buffer.size", "-5", "must be at least 0"),
     ("log.cleaner.io.buffer.load.factor", "0", "must be greater than 0"),

@@ -32,10 +32,13 @@ class CountingEvent(asyncio.Event):
 
 
 def _pool(
-    manager: CleanerManager, cleaned: list[TopicPartition]
+    manager: CleanerManager,
+    cleaned: list[TopicPartition],
+    group: asyncio.TaskGroup,
+    threads: int = 1,
 ) -> tuple[WorkerPool, CountingEvent]:
     settings = PoolSettings(
-        threads=1,
+        threads=threads,
         load_factor=0.9,
         backoff_s=0.02,
     )
@@ -44,6 +47,7 @@ def _pool(
         DedupeBudget(BUDGET),
         Throttler(None),
         settings,
+        group=group,
         clock_ms=lambda: NOW,
         on_cleaned=lambda _result: None,
     )
@@ -72,42 +76,44 @@ async def test_starved_after_the_work_runs_out_not_after_each_cleaning(tmp_path:
         _log(tmp_path, topic, [OLD, OLD, RECENT])
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
     cleaned: list[TopicPartition] = []
-    pool, starved = _pool(manager, cleaned)
-    pool.survey_started()
-    manager.apply(manager.scan())
-    pool.resize(1)
-    try:
-        await _until(pool.starved.is_set)
-        assert len(cleaned) == 3  # all three cleaned back to back, then one rescan request
-        assert starved.sets == 1
-        # the manager's next cycle: a survey, after which nothing is left to clean
-        pool.starved.clear()
+    async with asyncio.TaskGroup() as group:
+        pool, starved = _pool(manager, cleaned, group)
         pool.survey_started()
         manager.apply(manager.scan())
-        pool.wake()
-        await asyncio.sleep(0.2)  # several backoffs of a worker finding nothing
-        assert not pool.starved.is_set()
-        assert starved.sets == 1
-        assert pool.cleanings_ended == 3
-    finally:
-        assert await pool.stop(10.0)
+        pool.resize(1)
+        try:
+            await _until(pool.starved.is_set)
+            assert len(cleaned) == 3  # all three cleaned back to back, then one rescan request
+            assert starved.sets == 1
+            # the manager's next cycle: a survey, after which nothing is left to clean
+            pool.starved.clear()
+            pool.survey_started()
+            manager.apply(manager.scan())
+            pool.wake()
+            await asyncio.sleep(0.2)  # several backoffs of a worker finding nothing
+            assert not pool.starved.is_set()
+            assert starved.sets == 1
+            assert pool.cleanings_ended == 3
+        finally:
+            assert await pool.stop(10.0)
 
 
 @pytest.mark.asyncio
 async def test_no_rescan_request_when_nothing_was_cleaned(tmp_path: Path) -> None:
     _log(tmp_path, "plain-only", [OLD, RECENT])  # delete-only topic: never cleaned
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
-    pool, starved = _pool(manager, [])
-    pool.survey_started()
-    manager.apply(manager.scan())
-    pool.resize(1)
-    try:
-        await asyncio.sleep(0.2)
-        assert not pool.starved.is_set()
-        assert starved.sets == 0
-        assert pool.cleanings_ended == 0
-    finally:
-        assert await pool.stop(10.0)
+    async with asyncio.TaskGroup() as group:
+        pool, starved = _pool(manager, [], group)
+        pool.survey_started()
+        manager.apply(manager.scan())
+        pool.resize(1)
+        try:
+            await asyncio.sleep(0.2)
+            assert not pool.starved.is_set()
+            assert starved.sets == 0
+            assert pool.cleanings_ended == 0
+        finally:
+            assert await pool.stop(10.0)
 
 
 @pytest.mark.asyncio
@@ -116,7 +122,6 @@ async def test_a_job_failing_while_shutdown_aborts_it_is_logged(
 ) -> None:
     _log(tmp_path, "a", [OLD, OLD, RECENT])
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
-    pool, _ = _pool(manager, [])
     started = threading.Event()
 
     def failing_clean(
@@ -130,9 +135,11 @@ async def test_a_job_failing_while_shutdown_aborts_it_is_logged(
     monkeypatch.setattr(workers, "run_clean", failing_clean)
     manager.apply(manager.scan())
     with structlog.testing.capture_logs() as logs:
-        pool.resize(1)
-        await _until(started.is_set)
-        assert await pool.stop(30.0)
+        async with asyncio.TaskGroup() as group:
+            pool, _ = _pool(manager, [], group)
+            pool.resize(1)
+            await _until(started.is_set)
+            assert await pool.stop(30.0)
     failed = [e for e in logs if e["event"] == "cleaning failed while aborted"]
     assert len(failed) == 1
     assert "disk gone" in failed[0]["error"]
@@ -144,22 +151,33 @@ async def test_a_job_failing_while_shutdown_aborts_it_is_logged(
 
 
 @pytest.mark.asyncio
-async def test_a_worker_task_ending_with_an_error_is_logged(tmp_path: Path) -> None:
+async def test_a_bug_in_a_workers_supervision_reaches_the_task_group(tmp_path: Path) -> None:
+    """Not lost with its task: the group that owns the worker raises it (the daemon logs it
+    and stops), and cancels the other tasks on the way."""
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
-    pool, _ = _pool(manager, [])
+    sibling_cancelled = asyncio.Event()
+
+    async def sibling() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            sibling_cancelled.set()
+            raise
 
     async def broken(_wid: int) -> None:
         raise RuntimeError("supervisor bug")
 
-    pool._supervise = broken  # type: ignore[method-assign]
-    with structlog.testing.capture_logs() as logs:
-        pool.resize(1)
-        await _until(lambda: all(t.done() for t in pool._tasks.values()))
-        await asyncio.sleep(0)  # done callbacks run on the next loop iteration
-    stopped = [e for e in logs if e["event"] == "worker stopped by an error"]
-    assert [(e["task"], e["error"]) for e in stopped] == [
-        ("worker-0", "RuntimeError: supervisor bug")
-    ]
+    async def run() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(sibling())
+            pool, _ = _pool(manager, [], group)
+            pool._supervise = broken  # type: ignore[method-assign]
+            pool.resize(1)
+
+    with pytest.raises(ExceptionGroup) as raised:
+        await run()
+    assert [repr(e) for e in raised.value.exceptions] == ["RuntimeError('supervisor bug')"]
+    assert sibling_cancelled.is_set()
 
 
 @pytest.mark.asyncio
@@ -170,7 +188,6 @@ async def test_a_failing_cleaning_is_logged_with_its_error_and_the_worker_carrie
         _log(tmp_path, topic, [OLD, OLD, RECENT])
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
     cleaned: list[TopicPartition] = []
-    pool, _ = _pool(manager, cleaned)
     real_clean = workers.run_clean
     failed_dirs: list[Path] = []
 
@@ -183,11 +200,13 @@ async def test_a_failing_cleaning_is_logged_with_its_error_and_the_worker_carrie
     monkeypatch.setattr(workers, "run_clean", clean_failing_once)
     manager.apply(manager.scan())
     with structlog.testing.capture_logs() as logs:
-        pool.resize(1)
-        try:
-            await _until(lambda: len(cleaned) == 1)
-        finally:
-            assert await pool.stop(30.0)
+        async with asyncio.TaskGroup() as group:
+            pool, _ = _pool(manager, cleaned, group)
+            pool.resize(1)
+            try:
+                await _until(lambda: len(cleaned) == 1)
+            finally:
+                assert await pool.stop(30.0)
     failed = [e for e in logs if e["event"] == "cleaning failed"]
     assert len(failed) == 1
     assert failed[0]["error"].startswith("OSError: [Errno 5] disk gone")
@@ -208,7 +227,6 @@ async def test_a_crashed_worker_is_logged_with_its_error_and_restarted(
     _log(tmp_path, "a", [OLD, OLD, RECENT])
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
     cleaned: list[TopicPartition] = []
-    pool, _ = _pool(manager, cleaned)
     monkeypatch.setattr(workers, "RESTART_DELAY_S", 0.01)
     real_grab = manager.grab
     crashes: list[int] = []
@@ -222,14 +240,15 @@ async def test_a_crashed_worker_is_logged_with_its_error_and_restarted(
     manager.grab = grab_crashing_once  # type: ignore[method-assign,assignment]
     manager.apply(manager.scan())
     with structlog.testing.capture_logs() as logs:
-        pool.resize(1)
-        try:
-            await _until(lambda: cleaned == [TopicPartition("a", 0)])
-        finally:
-            assert await pool.stop(30.0)
+        async with asyncio.TaskGroup() as group:  # a crash inside the task does not end it
+            pool, _ = _pool(manager, cleaned, group)
+            pool.resize(1)
+            try:
+                await _until(lambda: cleaned == [TopicPartition("a", 0)])
+            finally:
+                assert await pool.stop(30.0)
     crashed = [e for e in logs if e["event"] == "worker crashed; restarting it"]
     assert [(e["worker"], e["error"], e["restarts"]) for e in crashed] == [
         (0, "RuntimeError: grab bug", 1)
     ]
     assert pool.restarts == 1
-    assert not [e for e in logs if e["event"] == "worker stopped by an error"]

@@ -289,7 +289,8 @@ class CleanerManager(Upkeep):
         self._let_go(tp)
 
     def should_abort(self, tp: TopicPartition) -> bool:
-        """Thread-safe: the worker's ``abort_check``."""
+        """Whether the cleaning of ``tp`` was aborted (a pause); the worker pool then sets that
+        cleaning's own abort signal, which its thread reads, so no thread reads this dict."""
         st = self._statuses.get(tp)
         return st is not None and st.state is ABORTED
 

@@ -4,7 +4,14 @@ Start: install the signal handlers (first, so a stop at any moment of the start 
 every log dir (Kafka's ``.lock``), survey the partitions, bind the HTTP port, then tell systemd
 READY; a stop during the start skips what is left of it and exits 0.
 
-Run: the manager loop rescans every ``log.cleaner.backoff.ms``, sooner after an admin request or
+Run: one ``asyncio.TaskGroup`` owns the manager loop, the workers, the systemd watchdog and the
+HTTP server, so every task has a parent that awaits it; each catches its own errors (a crashed
+worker is restarted, a crashed manager loop stops the daemon with exit 1), and only shutdown
+ends the group. Cleanings run in their own ``log.cleaner.threads`` threads, surveys and HTTP
+file reads in a few others (``service.threads``); both pools are closed within the shutdown
+timeout.
+
+The manager loop rescans every ``log.cleaner.backoff.ms``, sooner after an admin request or
 when a worker runs out of work after cleanings (not after each cleaning: a survey holds the GIL
 for tens of microseconds per partition, which the workers need); it rolls idle active segments
 past ``max.compaction.lag.ms``, applies retention to ``compact,delete`` logs, and wakes the
@@ -16,14 +23,13 @@ can change at run time, keeping the old config when the new one is invalid.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -44,7 +50,8 @@ from cleanerd.service.reload import compare_reload
 from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.service.spark_engine import SparkEngine
 from cleanerd.service.systemd import SystemdNotifier
-from cleanerd.service.workers import PoolSettings, WorkerPool, supervised
+from cleanerd.service.threads import SERVICE_THREADS, ThreadPool
+from cleanerd.service.workers import PoolSettings, WorkerPool
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.topic_partition import TopicPartition
@@ -101,7 +108,8 @@ class Daemon:
         self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
         self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort)
         self.metrics = DaemonMetrics(self.snapshot)
-        self.maintenance = Maintenance(self.manager, clock_ms)
+        self.service = ThreadPool("cleanerd-service", SERVICE_THREADS)  # surveys, HTTP reads
+        self.maintenance = Maintenance(self.manager, clock_ms, self.service.submit)
         self.spark = SparkEngine.of(c)  # None: every partition is cleaned locally
         self.pool: WorkerPool | None = None
         self.http: HttpServer | None = None
@@ -112,7 +120,8 @@ class Daemon:
         self._rescan = asyncio.Event()
         self._locks: list[LogDir] = []
         self._previous_handlers: dict[int, SignalHandler] = {}
-        self._manager_task: asyncio.Task[None] | None = None
+        self._manager_running = False
+        self._manager_crashed = False
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -121,7 +130,7 @@ class Daemon:
         self._install_signals()
         try:
             self._lock_log_dirs(c.log_dirs)
-            survey = await self._starting(asyncio.to_thread(self.manager.scan))
+            survey = await self._starting(self.service.submit(self.manager.scan))
             if survey is None:
                 return self._stopped_early()
             self.manager.apply(survey)
@@ -129,53 +138,90 @@ class Daemon:
                 await self._start_http()
             if self._stop.is_set():
                 return self._stopped_early()
+            try:
+                return await self._serve()
+            except ExceptionGroup as failed:  # a task's own error handling failed: stop, say so
+                for error in failed.exceptions:
+                    log.error("a daemon task failed", error=repr(error), exc_info=error)
+                return 1
+        finally:
+            if self.http is not None:
+                await self.http.close()
+            # closed already after a clean stop; after a failed task, the threads end here
+            if self.pool is not None:
+                await self.pool.threads.close(self._timeout_s)
+            await self.service.close(self._timeout_s)
+            for lock in self._locks:
+                lock.unlock()
+            self._restore_signals()
+
+    @property
+    def _timeout_s(self) -> float:
+        return self.loaded.config.shutdown_timeout_ms / 1000
+
+    async def _serve(self) -> int:
+        """The running daemon: one task group owns the manager loop, the workers, the watchdog
+        and the HTTP server. The body waits for a stop and shuts down; the group then awaits
+        every task it owns, so none outlives ``run``."""
+        async with asyncio.TaskGroup() as group:
+            stopped = asyncio.Event()
+            if self.http is not None:
+                group.create_task(self._serve_http(self.http, stopped), name="http")
+            self._manager_running = True  # from now on, for /healthz, until the loop ends
+            manager = group.create_task(self._manager(), name="manager")
+            watchdog = group.create_task(self.notifier.run_watchdog(), name="watchdog")
             self.pool = WorkerPool(
                 self.manager,
                 self.budget,
                 self.throttler,
                 PoolSettings.of(self.loaded.config),
+                group=group,
                 clock_ms=self.clock_ms,
                 on_cleaned=self._cleaned,
                 spark=self.spark,
+                service=self.service.submit,
             )
             self.pool.resize(self.pool.settings.threads)
-            self._manager_task = asyncio.create_task(self._manager_loop(), name="manager")
-            watchdog = supervised(self.notifier.run_watchdog(), "watchdog", what="watchdog")
             self.ready = True
+            c = self.loaded.config
             log_ready(c, self.manager.statuses(), self.http.port if self.http else None)
             self.notifier.ready(self._status_line())
-            stop_wait = asyncio.create_task(self._stop.wait())
-            await asyncio.wait({stop_wait, self._manager_task}, return_when=asyncio.FIRST_COMPLETED)
-            crashed = self._manager_task.done() and not self._stop.is_set()
-            if crashed:
-                log.error("manager loop crashed", error=repr(self._manager_task.exception()))
-            await self._shutdown()
+            await self._stop.wait()
+            deadline = time.monotonic() + self._timeout_s
+            await self._shutdown(manager, deadline)
             watchdog.cancel()
-            stop_wait.cancel()
-            return 1 if crashed else 0
-        finally:
-            if self.http is not None:
-                await self.http.close()
-            for lock in self._locks:
-                lock.unlock()
-            self._restore_signals()
+            stopped.set()
+        if not await self.service.close(deadline - time.monotonic()):
+            log.error("shutdown timeout: a survey did not end in time; exiting")
+            self._exit_now()
+        log.info("stopped", cleanings=self._totals().cleanings)
+        return 1 if self._manager_crashed else 0
 
-    async def _starting(self, step: Awaitable[Survey]) -> Survey | None:
+    async def _serve_http(self, http: HttpServer, stopped: asyncio.Event) -> None:
+        """Keep the HTTP port open until the daemon has stopped (``/healthz`` answers
+        "stopping" meanwhile), then close it."""
+        try:
+            await stopped.wait()
+        finally:
+            await http.close()
+
+    async def _starting(self, survey: asyncio.Future[Survey]) -> Survey | None:
         """The start-up survey, or None when a stop came first. The survey runs in a thread,
         which cannot be interrupted: it gets the shutdown timeout to end, then exit 1."""
-        task = asyncio.ensure_future(step)
-        stop_wait = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        stop_wait.cancel()
+        async with asyncio.TaskGroup() as group:
+            stop_wait = group.create_task(self._stop.wait())
+            first: set[asyncio.Future[Any]] = {survey, stop_wait}
+            await asyncio.wait(first, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
         if not self._stop.is_set():
-            return task.result()
-        timeout = self.loaded.config.shutdown_timeout_ms / 1000
-        _, pending = await asyncio.wait({task}, timeout=timeout)
+            return survey.result()
+        timeout = self._timeout_s
+        _, pending = await asyncio.wait({survey}, timeout=timeout)
         if pending:
             log.error("shutdown timeout: the start-up survey did not end", timeout_s=timeout)
             self._exit_now()
-        if task.exception() is not None:  # stopping anyway: say it, do not raise it
-            log.warning("start-up survey failed while stopping", error=repr(task.exception()))
+        if survey.exception() is not None:  # stopping anyway: say it, do not raise it
+            log.warning("start-up survey failed while stopping", error=repr(survey.exception()))
         return None
 
     def _stopped_early(self) -> int:
@@ -187,7 +233,9 @@ class Daemon:
         c = self.loaded.config
         assert c.http_host is not None
         try:
-            self.http = await start_http(self, self.metrics, c.http_host, c.http_port, self._access)
+            self.http = await start_http(
+                self, self.metrics, c.http_host, c.http_port, self._access, self.service.submit
+            )
         except OSError as e:
             raise StartupError(
                 f"cannot listen on {c.http_host}:{c.http_port} "
@@ -240,22 +288,21 @@ class Daemon:
             if previous is not None:
                 signal.signal(sig, previous)
 
-    async def _shutdown(self) -> None:
+    async def _shutdown(self, manager: asyncio.Task[None], deadline: float) -> None:
+        """Stop the manager loop, abort the cleanings and wait for the workers and their
+        threads, then the Spark session, by ``deadline``; past it, exit 1 at once."""
         self.stopping = True
         self.ready = False
         self._abort.set()
         self.notifier.stopping()
-        timeout = self.loaded.config.shutdown_timeout_ms / 1000
-        if self._manager_task is not None:
-            self._manager_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._manager_task
-        deadline = time.monotonic() + timeout
-        finished = await self.pool.stop(timeout) if self.pool is not None else True
+        manager.cancel()
+        await asyncio.wait({manager})  # it ends at its next await (a survey thread runs on)
+        timeout = self._timeout_s
+        left = max(deadline - time.monotonic(), 0.0)
+        finished = await self.pool.stop(left) if self.pool is not None else True
         if finished and self.spark is not None:  # what is left of the timeout
-            await self.spark.stop(max(deadline - time.monotonic(), 1.0))
+            await self.spark.stop(max(deadline - time.monotonic(), 1.0), self.service.submit)
         if finished:
-            log.info("stopped", cleanings=self._totals().cleanings)
             return
         # A thread cannot be killed, and the interpreter would wait for it at exit: leave now.
         # Its .cleaned file (if any) is removed by swap recovery on the next open.
@@ -270,11 +317,23 @@ class Daemon:
         os._exit(1)
 
     # --- the manager loop ---------------------------------------------------------------------
+    async def _manager(self) -> None:
+        """The manager loop, whose crash is logged and stops the daemon (exit 1): without
+        surveys no worker would find work again."""
+        try:
+            await self._manager_loop()
+        except Exception as e:
+            self._manager_crashed = True
+            log.error("manager loop crashed", error=repr(e), exc_info=e)
+            self.request_stop("manager loop crashed")
+        finally:
+            self._manager_running = False
+
     async def _manager_loop(self) -> None:
         while True:
             if self.pool is not None:
                 self.pool.survey_started()
-            self.manager.apply(await asyncio.to_thread(self.manager.scan))
+            self.manager.apply(await self.service.submit(self.manager.scan))
             changed = await self.maintenance.run()
             self.last_cycle = time.monotonic()
             if self.pool is not None:
@@ -283,14 +342,8 @@ class Daemon:
             if changed:
                 continue  # a rolled segment is cleanable now: plan it at once
             backoff = self.loaded.config.backoff_ms / 1000
-            waits = [asyncio.ensure_future(self._rescan.wait())]
-            if self.pool is not None:
-                waits.append(asyncio.ensure_future(self.pool.starved.wait()))
-            _, pending = await asyncio.wait(
-                waits, timeout=backoff, return_when=asyncio.FIRST_COMPLETED
-            )
-            for fut in pending:
-                fut.cancel()
+            events = [self._rescan] if self.pool is None else [self._rescan, self.pool.starved]
+            await _wait_any(events, backoff)
             self._rescan.clear()
             if self.pool is not None:
                 self.pool.starved.clear()
@@ -364,7 +417,7 @@ class Daemon:
     def healthy(self) -> tuple[bool, str]:
         if self.stopping:
             return False, "stopping"
-        if self._manager_task is None or self._manager_task.done():
+        if not self._manager_running:
             return False, "manager loop not running"
         if self.pool is not None and not self.pool.alive:
             return False, "a worker is dead"
@@ -382,6 +435,7 @@ class Daemon:
         log.info("admin request", partition=str(tp), action=action.__name__)
         self._rescan.set()
         if self.pool is not None:
+            self.pool.signal_aborts()
             self.pool.wake()
         return self.manager.status(tp)
 
@@ -396,3 +450,12 @@ class Daemon:
 
     def _status_line(self) -> str:
         return status_line(self.manager.statuses())
+
+
+async def _wait_any(events: Iterable[asyncio.Event], timeout_s: float) -> None:
+    """Until one of ``events`` is set or ``timeout_s`` has passed."""
+    async with asyncio.TaskGroup() as group:
+        waits = [group.create_task(event.wait()) for event in events]
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        for wait in waits:
+            wait.cancel()

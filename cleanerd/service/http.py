@@ -28,6 +28,7 @@ from cleanerd.scheduling.state import PartitionStatus
 from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.service.snapshot_routes import add_snapshot_routes
+from cleanerd.service.threads import Blocking, in_default_pool
 from cleanerd.storage.topic_partition import TopicPartition
 
 ACTIONS = ("pause", "resume", "clean")
@@ -100,10 +101,14 @@ class Access:
 
 
 def make_app(
-    api: AdminApi, metrics: DaemonMetrics, access: Access | Callable[[], Access] = Access()
+    api: AdminApi,
+    metrics: DaemonMetrics,
+    access: Access | Callable[[], Access] = Access(),
+    blocking: Blocking = in_default_pool,
 ) -> web.Application:
     """The application with every route; ``start_http`` serves it. ``access`` may be a
-    function, read at each request, so a reloaded token applies at once."""
+    function, read at each request, so a reloaded token applies at once; handlers' file reads
+    go to ``blocking``."""
     current = access if callable(access) else lambda: access
 
     def trusted(request: web.Request) -> bool:
@@ -154,7 +159,7 @@ def make_app(
         "/partitions/{topic}/{partition:[0-9]{1,10}}/{action:" + "|".join(ACTIONS) + "}",
         post_action,
     )
-    add_snapshot_routes(app, find_partition, trusted, _json, _error)
+    add_snapshot_routes(app, find_partition, trusted, _json, _error, blocking)
     return app
 
 
@@ -165,9 +170,13 @@ class HttpServer:
     runner: web.AppRunner
     host: str
     port: int
+    closed: bool = False
 
     async def close(self) -> None:
-        await self.runner.cleanup()
+        """Stop serving (once: later calls do nothing)."""
+        if not self.closed:
+            self.closed = True
+            await self.runner.cleanup()
 
 
 async def serve_app(app: web.Application, host: str, port: int) -> HttpServer:
@@ -190,6 +199,7 @@ async def start_http(
     host: str,
     port: int,
     access: Access | Callable[[], Access] = Access(),
+    blocking: Blocking = in_default_pool,
 ) -> HttpServer:
     """Serve metrics, health, status, admin actions and snapshots on host:port (0: any port)."""
-    return await serve_app(make_app(api, metrics, access), host, port)
+    return await serve_app(make_app(api, metrics, access, blocking), host, port)

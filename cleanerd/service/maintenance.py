@@ -12,7 +12,6 @@ each cleaning (``clean_job``) and here for those no worker has taken.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.scheduling.manager import CleanerManager
 from cleanerd.service.clean_job import roll_if_idle
 from cleanerd.service.logging import get_logger
+from cleanerd.service.threads import Blocking, in_default_pool
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.retention import delete_old_segments
 
@@ -29,9 +29,16 @@ log = get_logger("cleanerd.maintenance")
 class Maintenance:
     """Idle rolls and retention for the partitions no worker holds; counts what it did."""
 
-    def __init__(self, manager: CleanerManager, clock_ms: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        manager: CleanerManager,
+        clock_ms: Callable[[], int],
+        run: Blocking = in_default_pool,
+    ) -> None:
+        """``run``: where the file work goes (the daemon's service threads)."""
         self.manager = manager
         self.clock_ms = clock_ms
+        self.run_blocking = run
         self.rolled = 0
         self.deleted = 0
 
@@ -44,7 +51,7 @@ class Maintenance:
             try:
                 settings = self.manager.settings_for(status.tp)
                 now = self.clock_ms()
-                rolled = await asyncio.to_thread(roll_if_idle, status.directory, settings, now)
+                rolled = await self.run_blocking(roll_if_idle, status.directory, settings, now)
             except Exception as e:
                 log.error("idle roll failed", partition=str(status.tp), error=str(e))
                 rolled = False
@@ -63,7 +70,7 @@ class Maintenance:
                 continue
             try:
                 settings = self.manager.settings_for(status.tp)
-                result = await asyncio.to_thread(
+                result = await self.run_blocking(
                     _retention, status.directory, settings, self.clock_ms()
                 )
             except Exception as e:

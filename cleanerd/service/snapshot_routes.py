@@ -15,7 +15,6 @@ ETag is handled here: the Range header is dropped and the whole file comes back 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_request import BaseRequest
 
+from cleanerd.service.threads import Blocking, in_default_pool
 from cleanerd.storage.regular import open_regular
 from cleanerd.storage.snapshot_files import (
     SUFFIX,
@@ -122,8 +122,10 @@ def add_snapshot_routes(
     trusted: Callable[[web.Request], bool],
     json_reply: Callable[[Any], web.Response],
     error: Reply,
+    blocking: Blocking = in_default_pool,
 ) -> None:
-    """``GET /partitions/{topic}/{partition}/snapshots[/{id}]`` on ``app``."""
+    """``GET /partitions/{topic}/{partition}/snapshots[/{id}]`` on ``app``; the file reads go
+    to ``blocking`` (the daemon's service threads)."""
 
     def partition_dir(request: web.Request) -> Path | web.Response:
         if not trusted(request):
@@ -139,7 +141,7 @@ def add_snapshot_routes(
         directory = partition_dir(request)
         if isinstance(directory, web.Response):
             return directory
-        return json_reply(await asyncio.to_thread(_listing, directory))
+        return json_reply(await blocking(_listing, directory))
 
     async def file_route(request: web.Request) -> web.StreamResponse:
         directory = partition_dir(request)
@@ -153,7 +155,7 @@ def add_snapshot_routes(
             )
         path = snapshot_path(directory, sid)
         try:
-            st = await asyncio.to_thread(regular_stat, path)
+            st = await blocking(regular_stat, path)
         except OSError:  # missing, or a symlink, FIFO, ... under a snapshot's name
             return error(404, f"no snapshot {name} in {directory.name}")
         etag = file_etag(st)

@@ -8,8 +8,10 @@ cleaning: the partition stays ``in_progress``, a success or failure is reported 
 (a failure retried with backoff, then uncleanable), and a pause or shutdown cancels the job's
 Spark job group. It leases no dedupe memory: the offset maps live in the executors.
 
-The job itself runs in a thread; the worker's coroutine polls its progress every
-``POLL_S`` for ``/status`` and asks the abort check meanwhile.
+The job itself runs in one of the cleaning threads (``service.threads``), like a local cleaning;
+the worker's coroutine polls its progress every ``POLL_S`` for ``/status`` and asks the abort
+check meanwhile, with the progress and cancel calls in the service threads (a poll must not wait
+behind the cleanings it watches).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from cleanerd.compaction.summary import CompactionSummary
 from cleanerd.config import CleanerdConfig
 from cleanerd.scheduling.manager import Grab
 from cleanerd.service.clean_job import JobResult, apply_retention
+from cleanerd.service.threads import Blocking, ThreadPool, in_default_pool
 
 if TYPE_CHECKING:
     from cleanerd.spark.daemon_job import SparkCleaner
@@ -71,33 +74,37 @@ class SparkEngine:
         now_ms: int,
         abort: Callable[[], bool],
         on_progress: Callable[[dict[str, Any]], None],
+        *,
+        job: ThreadPool,
+        poll: Blocking = in_default_pool,
     ) -> JobResult:
-        """Run the cleaning; polls progress and ``abort`` until it ends. A cleaning cancelled
-        because ``abort`` said so raises ``CleaningAbortedError``; a cancelled coroutine
-        (shutdown) cancels the job group and waits for the thread before it lets go."""
+        """Run the cleaning in ``job``'s threads; polls progress and ``abort`` (in ``poll``'s)
+        until it ends. A cleaning cancelled because ``abort`` said so raises
+        ``CleaningAbortedError``; a cancelled coroutine (shutdown) cancels the job group and
+        waits for the thread before it lets go."""
         group = f"cleanerd-{grab.tp}-{uuid.uuid4().hex[:8]}"
-        job = asyncio.ensure_future(asyncio.to_thread(self._run, grab, group, now_ms, abort))
+        running = job.submit(self._run, grab, group, now_ms, abort)
         cancelled = False
         try:
-            while not job.done():
-                await asyncio.wait({job}, timeout=POLL_S)
-                if not job.done() and abort():
+            while not running.done():
+                await asyncio.wait({running}, timeout=POLL_S)
+                if not running.done() and abort():
                     # again at every poll: a cancel reaches only the jobs running at the time
                     cancelled = True
-                    await asyncio.to_thread(self.cleaner.cancel, group)
-                progress = await asyncio.to_thread(self.cleaner.progress, group)
+                    await poll(self.cleaner.cancel, group)
+                progress = await poll(self.cleaner.progress, group)
                 if progress is not None:
                     on_progress(dataclasses.asdict(progress))
         except asyncio.CancelledError:
             # shutdown: cancel until the thread ends (a job submitted after a cancel runs on)
-            while not job.done():
-                await asyncio.to_thread(self.cleaner.cancel, group)
-                await asyncio.wait({job}, timeout=POLL_S)
+            while not running.done():
+                await poll(self.cleaner.cancel, group)
+                await asyncio.wait({running}, timeout=POLL_S)
             with contextlib.suppress(Exception):
-                job.result()
+                running.result()
             raise
         try:
-            return job.result()
+            return running.result()
         except Exception as e:
             if cancelled:
                 await asyncio.sleep(CANCEL_GRACE_S)
@@ -131,11 +138,12 @@ class SparkEngine:
             plan=str(outcome.plan),
         )
 
-    async def stop(self, timeout_s: float) -> None:
-        """Stop the Spark session (if one was started), waiting at most ``timeout_s``."""
+    async def stop(self, timeout_s: float, run: Blocking = in_default_pool) -> None:
+        """Stop the Spark session (if one was started, in ``run``), waiting at most
+        ``timeout_s``."""
         if self.cleaner.started:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.to_thread(self.cleaner.stop), timeout_s)
+                await asyncio.wait_for(run(self.cleaner.stop), timeout_s)
 
 
 def stats_of(summary: CompactionSummary, started: float, ended: float) -> CleanerStats:

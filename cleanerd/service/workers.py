@@ -1,18 +1,20 @@
 """The worker coroutines: each grabs the top-ranked log, leases map memory, cleans in a thread.
 
 ``log.cleaner.threads`` workers share one dedupe budget and one throttler. A worker's engine call
-runs in a thread (``asyncio.to_thread``); it cannot be cancelled, so shutdown and pause work
-through ``abort_check``, which the cleaner asks before every chunk: the thread stops at the next
-batch boundary, leaves no ``.cleaned`` file, and the worker gives the lease back. A cancelled
-worker coroutine still waits for its thread before it lets go of the lease.
+runs in the pool's own ``log.cleaner.threads`` threads (``service.threads``); it cannot be
+cancelled, so pause and shutdown work through the cleaning's abort signal, a ``threading.Event``
+made when the worker takes the log, set from the event loop (``signal_aborts`` after a pause,
+``stop``, or the worker's own cancellation) and read by the cleaner before every chunk: the thread
+stops at the next batch boundary, leaves no ``.cleaned`` file, and the worker gives the lease
+back. A cancelled worker coroutine still waits for its thread before it lets go of the lease.
 
 Supervision: a failure of one cleaning is the partition's (logged with its error and the file and
 byte position it names, counted, retried with backoff, then uncleanable: ``scheduling.failures``),
 and the worker goes on with the next log. A crash of the worker coroutine itself is the worker's:
-it is logged with its error, counted, shown as dead, and the worker is restarted. A cleaning that
-fails while shutdown aborts it is logged as a failure, and a task that ends with an error anyway
-(``supervised``) is logged when it ends, so no error is lost with its task. Not an
-``asyncio.TaskGroup``: one failing worker must not cancel the others.
+it is logged with its error and the restart count, shown as dead, and the worker is restarted.
+Both are caught inside the worker's task, which lives in the daemon's ``asyncio.TaskGroup``: a
+task ending with an error would cancel its siblings, so only a bug in the supervision itself
+reaches the group (the daemon logs it and stops).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
+import threading
+import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from cleanerd.compaction.cleaner import CleaningAbortedError
@@ -37,6 +40,8 @@ from cleanerd.service.logging import get_logger
 from cleanerd.service.snapshot import WorkerStatus
 from cleanerd.service.snapshot_job import run_snapshot
 from cleanerd.service.spark_engine import SparkEngine
+from cleanerd.service.threads import Blocking, ThreadPool, in_default_pool
+from cleanerd.storage.topic_partition import TopicPartition
 
 log = get_logger("cleanerd.worker")
 
@@ -62,8 +67,12 @@ class PoolSettings:
         )
 
 
+CLEAN_THREAD_PREFIX = "cleanerd-clean"
+"""Name prefix of the threads that run cleanings (``ps -L``, ``py-spy``, the tests)."""
+
+
 class WorkerPool:
-    """Starts, supervises, resizes and stops the worker coroutines."""
+    """Starts, supervises, resizes and stops the worker coroutines, as tasks of ``group``."""
 
     def __init__(
         self,
@@ -72,11 +81,17 @@ class WorkerPool:
         throttler: Throttler,
         settings: PoolSettings,
         *,
+        group: asyncio.TaskGroup,
         clock_ms: Callable[[], int],
         on_cleaned: Callable[[JobResult], None],
         spark: SparkEngine | None = None,
+        service: Blocking = in_default_pool,
     ) -> None:
+        """``service`` runs the short blocking calls of a Spark cleaning (progress, cancel)."""
         self.manager = manager
+        self.group = group
+        self.service = service
+        self.threads = ThreadPool(CLEAN_THREAD_PREFIX, settings.threads)
         self.spark = spark  # big partitions go to Spark (service.spark_engine)
         self.budget = budget
         self.throttler = throttler
@@ -87,6 +102,7 @@ class WorkerPool:
         self.restarts = 0
         self.status: dict[int, WorkerStatus] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._aborts: dict[TopicPartition, threading.Event] = {}  # the running cleanings
         self._work = asyncio.Event()
         self.starved = asyncio.Event()  # a worker found nothing after cleanings ended: rescan
         self.cleanings_ended = 0
@@ -94,13 +110,18 @@ class WorkerPool:
 
     # --- lifecycle ----------------------------------------------------------------------------
     def resize(self, threads: int) -> None:
-        """Start workers up to ``threads``; workers above it retire after their current log."""
+        """Start workers up to ``threads`` and size the cleaning threads to match; workers above
+        it retire after their current log (nothing starts once the pool is stopping)."""
+        if self.stopping:
+            return
         self.settings.threads = threads
+        self.threads.resize(threads)
         for wid in range(threads):
             task = self._tasks.get(wid)
             if task is None or task.done():
                 self.status[wid] = WorkerStatus(wid)
-                self._tasks[wid] = supervised(self._supervise(wid), f"worker-{wid}")
+                worker = self._supervise(wid)
+                self._tasks[wid] = self.group.create_task(worker, name=f"worker-{wid}")
         self.wake()
 
     def survey_started(self) -> None:
@@ -112,20 +133,32 @@ class WorkerPool:
         self._work.set()
         self._work.clear()
 
+    def signal_aborts(self) -> None:
+        """Set the abort signal of each running cleaning the manager marked aborted (a pause:
+        Kafka's ``abortAndPauseCleaning``); the cleaning stops at its next batch boundary."""
+        for tp, abort in self._aborts.items():
+            if self.manager.should_abort(tp):
+                abort.set()
+
     @property
     def alive(self) -> bool:
         return all(w.alive for w in self.status.values())
 
     async def stop(self, timeout_s: float) -> bool:
-        """Abort running cleanings and wait for the workers; False when some did not finish."""
+        """Abort running cleanings, wait for the workers, then close the cleaning threads, all
+        within ``timeout_s``; False when some did not finish."""
+        deadline = time.monotonic() + timeout_s
         self.stopping = True
+        for abort in self._aborts.values():
+            abort.set()
         for task in self._tasks.values():
             task.cancel()
         tasks = [t for t in self._tasks.values() if not t.done()]
-        if not tasks:
-            return True
-        _, pending = await asyncio.wait(tasks, timeout=timeout_s)
-        return not pending
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+            if pending:
+                return False
+        return await self.threads.close(deadline - time.monotonic())
 
     # --- one worker ---------------------------------------------------------------------------
     async def _supervise(self, wid: int) -> None:
@@ -179,18 +212,23 @@ class WorkerPool:
             engine=engine,
             last_max_compaction_delay_ms=grab.max_compaction_delay_ms,
         )
+        abort = self._aborts[tp] = threading.Event()
+        if self.stopping:
+            abort.set()
         try:
             if spark is not None:
-                if self.stopping or self.manager.should_abort(tp):
+                if abort.is_set():
                     raise CleaningAbortedError(str(tp))
                 result = await spark.clean(
                     grab,
                     self.clock_ms(),
-                    abort=lambda: self.stopping or self.manager.should_abort(tp),
+                    abort=abort.is_set,
                     on_progress=lambda progress: self._set(wid, spark_job=progress),
+                    job=self.threads,
+                    poll=self.service,
                 )
             else:
-                result = await self._clean_locally(slot, grab, bound)
+                result = await self._clean_locally(slot, grab, abort, bound)
         except CleaningAbortedError:
             self.manager.aborted(tp)
             bound.info("cleaning aborted", reason="stopping" if self.stopping else "paused")
@@ -205,32 +243,35 @@ class WorkerPool:
         else:
             self._done(wid, grab, result, bound)
         finally:
+            self._aborts.pop(tp, None)
             self._set(wid, partition=None, engine=None, spark_job=None)
             self.cleanings_ended += 1
 
-    async def _clean_locally(self, slot: CleanerSlot, grab: Grab, bound: Any) -> JobResult:
-        """Lease map memory and run ``run_clean`` in a thread; on shutdown, wait for it."""
+    async def _clean_locally(
+        self, slot: CleanerSlot, grab: Grab, abort: threading.Event, bound: Any
+    ) -> JobResult:
+        """Lease map memory and run ``run_clean`` in a cleaning thread; on shutdown, set the
+        abort signal and wait for the thread."""
         tp, settings = grab.tp, self.settings
         async with self.budget.lease(grab.map_bytes) as granted:
-            if self.stopping or self.manager.should_abort(tp):
+            if abort.is_set():
                 raise CleaningAbortedError(str(tp))
-            job = asyncio.ensure_future(
-                asyncio.to_thread(
-                    run_clean,
-                    grab.directory,
-                    grab.settings,
-                    slot,
-                    map_bytes=granted,
-                    load_factor=settings.load_factor,
-                    throttler=self.throttler,
-                    now_ms=self.clock_ms(),
-                    abort_check=lambda: self.stopping or self.manager.should_abort(tp),
-                )
+            job = self.threads.submit(
+                run_clean,
+                grab.directory,
+                grab.settings,
+                slot,
+                map_bytes=granted,
+                load_factor=settings.load_factor,
+                throttler=self.throttler,
+                now_ms=self.clock_ms(),
+                abort_check=abort.is_set,
             )
             try:
                 return await asyncio.shield(job)
             except asyncio.CancelledError:
-                # shutdown: the abort check stops the thread at its next batch boundary
+                # shutdown: the thread stops at its next batch boundary
+                abort.set()
                 error = await _job_error(job)
                 self.manager.aborted(tp)
                 if error is None:
@@ -245,10 +286,8 @@ class WorkerPool:
         self._set(wid, partition=str(grab.tp))
         try:
             async with self.budget.lease(grab.map_bytes) as granted:
-                job = asyncio.ensure_future(
-                    asyncio.to_thread(
-                        run_snapshot, grab.directory, grab.settings, map_bytes=granted
-                    )
+                job = self.threads.submit(
+                    run_snapshot, grab.directory, grab.settings, map_bytes=granted
                 )
                 try:
                     result = await asyncio.shield(job)
@@ -343,20 +382,3 @@ async def _job_error(job: asyncio.Future[Any]) -> Exception | None:
     except Exception as e:
         return e
     return None
-
-
-def supervised(
-    coro: Coroutine[Any, Any, None], name: str, *, what: str = "worker"
-) -> asyncio.Task[None]:
-    """A task nobody awaits until shutdown, whose error is logged ("``what`` stopped by an
-    error") the moment it ends with one; asyncio would only mention it when the task is
-    garbage-collected, if ever."""
-    task = asyncio.create_task(coro, name=name)
-    task.add_done_callback(functools.partial(_log_task_error, f"{what} stopped by an error"))
-    return task
-
-
-def _log_task_error(event: str, task: asyncio.Task[None]) -> None:
-    """Done callback: a task that ended with an error says so (it is not awaited)."""
-    if not task.cancelled() and (error := task.exception()) is not None:
-        log.error(event, task=task.get_name(), error=_message(error), exc_info=error)
