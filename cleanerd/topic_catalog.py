@@ -10,10 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cleanerd.format.limits import LONG_MAX as LONG_MAX  # noqa: PLC0414 (re-exported)
-from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
+from cleanerd.format.limits import INT_MAX, LONG_MAX, MAX_DECOMPRESSED_BYTES
 
-INT_MAX = 2**31 - 1
 COMPACT = "compact"
 DELETE = "delete"
 

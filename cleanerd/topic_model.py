@@ -2,10 +2,10 @@
 
 ``TopicSettings`` and its parts (the cleaner's settings, the KIP-280 strategy, the segment shape,
 retention) are built from Kafka-named settings with Kafka's defaults and rules. They sit below the
-config tree, storage and the engine (this module imports only ``topic_catalog``), so the config
-can validate ``[topics."glob"]`` tables with the engine's own rules without importing the engine,
-and storage, the engine, the CLI and Spark executors all build the same values cheaply. Errors
-name the Kafka setting, the value and the rule.
+config tree, storage and the engine (this module imports only ``topic_catalog`` and
+``format.limits``), so the config can validate ``[topics."glob"]`` tables with the engine's own
+rules without importing the engine, and storage, the engine, the CLI and Spark executors all
+build the same values cheaply. Errors name the Kafka setting, the value and the rule.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.topic_catalog import (
     COMPACT,
     DEFAULTS,
     DELETE,
     KNOWN_SETTINGS,
-    LONG_MAX,
     InvalidTopicConfigError,
     double_default,
     long_default,

@@ -20,7 +20,7 @@ import pytest
 from cleanerd.compaction.build_map import build_offset_map
 from cleanerd.compaction.cleaner import Cleaner, CleaningAbortedError, CleanResult, segment_sizes
 from cleanerd.compaction.engine import plan_log
-from cleanerd.compaction.grouping import INT32_MAX, SegmentSizes, group_segments
+from cleanerd.compaction.grouping import SegmentSizes, group_segments
 from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
 from cleanerd.compaction.plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction.stats import CleanerStats
@@ -29,6 +29,7 @@ from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import NEVER_EXPIRE
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch
+from cleanerd.format.limits import INT_MAX as INT32_MAX
 from cleanerd.format.reader import RecordBatch, scan_batches
 from cleanerd.format.records import Record
 from cleanerd.inspect.verify import verify_partition

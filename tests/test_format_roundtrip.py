@@ -33,6 +33,10 @@ from cleanerd.format.builder import build_batch, build_empty_batch, encode_recor
 from cleanerd.format.codecs import XERIAL_MAGIC, Compression, compress, decompress
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import BatchHeader
+from cleanerd.format.limits import INT_MAX as INT32_MAX
+from cleanerd.format.limits import INT_MIN as INT32_MIN
+from cleanerd.format.limits import LONG_MAX as INT64_MAX
+from cleanerd.format.limits import LONG_MIN as INT64_MIN
 from cleanerd.format.reader import (
     index_batches,
     iter_batches,
@@ -41,10 +45,6 @@ from cleanerd.format.reader import (
 )
 from cleanerd.format.records import Record
 from cleanerd.format.varint import (
-    INT32_MAX,
-    INT32_MIN,
-    INT64_MAX,
-    INT64_MIN,
     read_varint,
     read_varlong,
     varint_size,

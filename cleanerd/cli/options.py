@@ -8,8 +8,7 @@ from typing import Any, TypeVar
 import click
 
 from cleanerd.format.codecs import limit_decompression
-from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
-from cleanerd.topic_catalog import INT_MAX
+from cleanerd.format.limits import INT_MAX, MAX_DECOMPRESSED_BYTES
 from cleanerd.topic_model import Strategy
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from cleanerd.compaction.batches import fold_producers, segments_between
 from cleanerd.compaction.build_map import build_offset_map, update_from_clean_prefix
-from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable
+from cleanerd.compaction.filter import PassContext, ProducerTable
 from cleanerd.compaction.fused import Arr, touched_bitmap
 from cleanerd.compaction.group_swap import new_cleaned_segment, replace_group
 from cleanerd.compaction.group_writer import write_group
@@ -56,6 +56,7 @@ from cleanerd.compaction.transactions import (
     last_records_of_active_producers,
 )
 from cleanerd.format.codecs import limit_decompression
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offset_checkpoint
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.files import CLEANED_SUFFIX

@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from cleanerd.compaction.batches import fold_producers, segments_between, transaction_verdicts
 from cleanerd.compaction.cleaner import CleanResult, segment_sizes
-from cleanerd.compaction.filter import LONG_MAX, PassContext, ProducerTable
+from cleanerd.compaction.filter import PassContext, ProducerTable
 from cleanerd.compaction.group_swap import replace_group
 from cleanerd.compaction.group_writer import add_segment_aborted
 from cleanerd.compaction.grouping import group_items
@@ -48,6 +48,7 @@ from cleanerd.compaction.transactions import (
     LastRecord,
     last_records_of_active_producers,
 )
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment

@@ -38,7 +38,7 @@ from cleanerd.compaction.strategy import StrategyConfig, compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata, LastRecord
 from cleanerd.format import kernels as k
 from cleanerd.format.header import ATTR_DELETE_HORIZON
-from cleanerd.format.limits import LONG_MAX as LONG_MAX  # noqa: PLC0414
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.reader import I64, U8, index_batches
 
 

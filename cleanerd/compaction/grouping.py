@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, TypeVar
 
-INT32_MAX = 2**31 - 1
+from cleanerd.format.limits import INT_MAX
 
 
 class SegmentSizes(NamedTuple):
@@ -56,7 +56,7 @@ def group_segments(
                 estimated_last = (
                     sizes[i + 1].base_offset - 1 if i + 1 < n else first_uncleanable_offset - 1
                 )
-                if estimated_last - head.base_offset > INT32_MAX:
+                if estimated_last - head.base_offset > INT_MAX:
                     break
             group.append(i)
             log_bytes += cand.log_bytes

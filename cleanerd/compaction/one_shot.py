@@ -54,7 +54,8 @@ from cleanerd.compaction.summary import (
     census,
 )
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.compaction.topic_config import LONG_MAX, TopicCleanerConfig
+from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,

@@ -34,10 +34,11 @@ from cleanerd.format.header import (
     LOG_OVERHEAD,
     MAGIC_V2,
 )
+from cleanerd.format.limits import LONG_MIN
 from cleanerd.format.reader import I64, U8
 
 Arr = npt.NDArray[Any]
-NO_HORIZON = -(2**63)
+NO_HORIZON = LONG_MIN
 _MAX_GROWTH = 16  # a record can grow by up to 9 bytes of timestamp delta and 1 of length
 _KEPT_ATTRIBUTES = ATTR_CODEC_MASK | ATTR_TIMESTAMP_TYPE | ATTR_TRANSACTIONAL | ATTR_CONTROL
 _CODECS = tuple(Compression)

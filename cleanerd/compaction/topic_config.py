@@ -7,11 +7,10 @@ own rules; this is its name inside the engine, beside the catalogue's parsing ru
 
 from __future__ import annotations
 
+from cleanerd.format.limits import INT_MAX, LONG_MAX
 from cleanerd.topic_catalog import (
     COMPACT,
     DELETE,
-    INT_MAX,
-    LONG_MAX,
     InvalidTopicConfigError,
     parse_cleanup_policy,
 )

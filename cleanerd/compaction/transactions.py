@@ -32,6 +32,7 @@ from cleanerd.format.header import (
     NO_PRODUCER_ID,
     BatchHeader,
 )
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.reader import I64
 from cleanerd.storage.producer_state import ProducerEntry, ProducerState
 from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
@@ -238,7 +239,7 @@ def batch_retention(
     return BatchDecision(mode, discard_records, can_discard and batch.is_control)
 
 
-NEVER_EXPIRE = 2**63 - 1
+NEVER_EXPIRE = LONG_MAX
 """An expiration of Long.MAX_VALUE ms switches expiration off. Kafka reads the setting as a Java
 int, so only code passes this: tests replaying Kafka's LogCleanerTest (which cleans at up to
 Long.MAX_VALUE but never runs the expiration check) and tools that want that behaviour."""

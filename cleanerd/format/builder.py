@@ -27,8 +27,9 @@ from cleanerd.format.header import (
     attributes_for,
 )
 from cleanerd.format.layout import CRC_AT
+from cleanerd.format.limits import INT_MAX
 from cleanerd.format.records import Record
-from cleanerd.format.varint import INT32_MAX, write_varint, write_varlong
+from cleanerd.format.varint import write_varint, write_varlong
 
 __all__ = [
     "build_batch",
@@ -142,7 +143,7 @@ def build_batch(
         if r.offset <= prev or r.offset > last:
             raise ValueError(f"record offsets must increase within [{first}, {last}]: {r.offset}")
         prev = r.offset
-    if last - first > INT32_MAX:
+    if last - first > INT_MAX:
         raise ValueError(f"batch spans more than 2^31 offsets: {first}..{last}")
     if delete_horizon_ms is not None:
         base_ts = delete_horizon_ms

@@ -11,6 +11,7 @@ from cleanerd.format.layout import CRC_START as CRC_START  # noqa: PLC0414
 from cleanerd.format.layout import HEADER_SIZE as HEADER_SIZE  # noqa: PLC0414
 from cleanerd.format.layout import LOG_OVERHEAD as LOG_OVERHEAD  # noqa: PLC0414
 from cleanerd.format.layout import MAGIC_V2 as MAGIC_V2  # noqa: PLC0414
+from cleanerd.format.limits import INT_MAX
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -152,7 +153,7 @@ class BatchHeader:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
         seq = self.base_sequence + self.last_offset_delta
-        return seq - 2**31 if seq > 2**31 - 1 else seq
+        return seq - INT_MAX - 1 if seq > INT_MAX else seq
 
     def describe(self) -> dict[str, object]:
         """The batch fields as ``cleanerd dump --format json`` prints them."""

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+INT_MIN = -(2**31)
+INT_MAX = 2**31 - 1
+"""Java's Integer.MIN_VALUE and MAX_VALUE: the range of Kafka's int32 fields (partitions,
+epochs, sequences, relative offsets and positions in indexes, int settings)."""
+
+LONG_MIN = -(2**63)
 LONG_MAX = 2**63 - 1
-"""Java's Long.MAX_VALUE: Kafka's "no limit" for offsets, timestamps and lags."""
+"""Java's Long.MIN_VALUE and MAX_VALUE: the range of Kafka's int64 fields; LONG_MAX is also
+Kafka's "no limit" for offsets, timestamps and lags."""
 
 MAX_DECOMPRESSED_BYTES = 128 << 20
 """cleanerd's default for ``max.decompressed.message.bytes``: the most one batch's records may

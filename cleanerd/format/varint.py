@@ -7,9 +7,7 @@ with Kafka's limits (a varint at most 5 bytes and 32 bits, a varlong at most 10 
 from __future__ import annotations
 
 from cleanerd.format.errors import CorruptRecordError
-
-INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+from cleanerd.format.limits import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 
 
 def _write_unsigned(raw: int, out: bytearray) -> None:
@@ -21,14 +19,14 @@ def _write_unsigned(raw: int, out: bytearray) -> None:
 
 def write_varint(value: int, out: bytearray) -> None:
     """Append a zig-zag varint (32-bit) to ``out``."""
-    if not INT32_MIN <= value <= INT32_MAX:
+    if not INT_MIN <= value <= INT_MAX:
         raise ValueError(f"varint out of int32 range: {value}")
     _write_unsigned(((value << 1) ^ (value >> 31)) & 0xFFFFFFFF, out)
 
 
 def write_varlong(value: int, out: bytearray) -> None:
     """Append a zig-zag varlong (64-bit) to ``out``."""
-    if not INT64_MIN <= value <= INT64_MAX:
+    if not LONG_MIN <= value <= LONG_MAX:
         raise ValueError(f"varlong out of int64 range: {value}")
     _write_unsigned(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF, out)
 

@@ -17,6 +17,7 @@ from cleanerd.format import kernels as k
 from cleanerd.format.control import ControlType, EndTransactionMarker, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CONTROL
+from cleanerd.format.limits import INT_MAX
 from cleanerd.format.reader import U8, BatchScan, RecordBatch, index_batches, scan_batches
 from cleanerd.inspect.files import map_readonly
 from cleanerd.storage.errors import CorruptIndexError
@@ -24,7 +25,6 @@ from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.segment import LogSegment
 
 I64 = npt.NDArray[np.int64]
-INT32_MAX = 2**31 - 1
 MAX_PER_FILE = 5  # problems listed per check and file before summarising the rest
 # records are indexed a chunk of batches at a time (at most this many bytes or records), so
 # memory stays bounded however big the segment: a record row of the index takes 88 bytes
@@ -111,7 +111,7 @@ def check_segment(directory: Path, base_offset: int) -> SegmentResult:
                 f"first batch base offset {result.first_offset} is below the segment base "
                 f"offset {base_offset} in the file name",
             )
-        if result.last_offset - base_offset > INT32_MAX:
+        if result.last_offset - base_offset > INT_MAX:
             result.add(
                 seg.log_path,
                 "offsets",

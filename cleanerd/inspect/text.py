@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from cleanerd.format.limits import INT_MAX
 from cleanerd.inspect.dump import Item
-
-_INT32_MAX = 2**31 - 1
 
 
 def _int(item: Mapping[str, object], key: str) -> int:
@@ -29,7 +28,7 @@ def _sequence(base_sequence: int, delta: int) -> int:
     if base_sequence < 0:
         return -1
     seq = base_sequence + delta
-    return seq - _INT32_MAX - 1 if seq > _INT32_MAX else seq
+    return seq - INT_MAX - 1 if seq > INT_MAX else seq
 
 
 def batch_line(b: Mapping[str, object]) -> str:

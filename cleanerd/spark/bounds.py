@@ -13,8 +13,8 @@ import datetime as dt
 import fnmatch
 from dataclasses import dataclass, field, replace
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
+from cleanerd.format.limits import LONG_MAX, LONG_MIN
+
 NO_TIMESTAMP = -1
 """Kafka's "no timestamp": read as a null ``timestamp``, so no timestamp filter keeps it."""
 
@@ -34,12 +34,12 @@ class Bounds:
 
     topics: frozenset[str] | None = None
     partitions: frozenset[int] | None = None
-    partition_min: int = INT64_MIN
-    partition_max: int = INT64_MAX
-    offset_min: int = INT64_MIN
-    offset_max: int = INT64_MAX
-    ts_min_ms: int = INT64_MIN  # inclusive
-    ts_max_ms: int = INT64_MAX  # inclusive
+    partition_min: int = LONG_MIN
+    partition_max: int = LONG_MAX
+    offset_min: int = LONG_MIN
+    offset_max: int = LONG_MAX
+    ts_min_ms: int = LONG_MIN  # inclusive
+    ts_max_ms: int = LONG_MAX  # inclusive
     ts_filtered: bool = False  # any timestamp filter (it drops null timestamps)
     topic_globs: tuple[str, ...] = field(default_factory=tuple)  # the ``topics`` option
 
@@ -95,4 +95,4 @@ class Bounds:
     @property
     def ts_seek_from(self) -> int | None:
         """The lowest timestamp kept, when there is one worth seeking the ``.timeindex`` for."""
-        return self.ts_min_ms if self.ts_filtered and self.ts_min_ms > INT64_MIN else None
+        return self.ts_min_ms if self.ts_filtered and self.ts_min_ms > LONG_MIN else None

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.reader import I64, scan_batches
 from cleanerd.inspect.files import map_readonly, segment_logs
-from cleanerd.spark.bounds import INT64_MAX, Bounds
+from cleanerd.spark.bounds import Bounds
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.logdir import parse_partition_dir_name
@@ -33,7 +34,7 @@ class Txns:
     """What read_committed hides in one partition: aborted transactions and the LSO."""
 
     aborted: tuple[AbortedRange, ...] = ()
-    last_stable_offset: int = INT64_MAX
+    last_stable_offset: int = LONG_MAX
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ def _entries(index: OffsetIndex) -> tuple[I64, I64]:
 def _last_position(index: OffsetIndex, bounds: Bounds, size: int) -> int:
     """Where the records above ``offset_max`` surely begin: the position of the entry after
     the first entry at or above it (entries may name an append's last offset)."""
-    if bounds.offset_max >= INT64_MAX or index.entries == 0:
+    if bounds.offset_max >= LONG_MAX or index.entries == 0:
         return size
     offsets, positions = _entries(index)
     j = int(np.searchsorted(offsets, bounds.offset_max, side="left"))
@@ -195,7 +196,7 @@ def partition_txns(part: PartitionDir) -> Txns:
         scans.append((arr, scan.batches, str(log)))
     state = scan_producer_state(scans)
     aborted = tuple((t.producer_id, t.first_offset, t.last_offset) for t in state.aborted)
-    return Txns(aborted, state.last_stable_offset(INT64_MAX))
+    return Txns(aborted, state.last_stable_offset(LONG_MAX))
 
 
 MIN_TASK_BYTES = 4 * 1024 * 1024
@@ -237,7 +238,7 @@ def plan(
 
 def _with_txns(r: SegmentRange, txns: Txns) -> SegmentRange:
     """Only the aborted transactions that can overlap the range's segment travel with it."""
-    hi = INT64_MAX if r.next_base is None else r.next_base
+    hi = LONG_MAX if r.next_base is None else r.next_base
     mine = tuple(t for t in txns.aborted if t[1] < hi and t[2] >= r.base_offset)
     return SegmentRange(
         r.topic,

@@ -19,7 +19,8 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
-from cleanerd.spark.bounds import INT64_MAX, INT64_MIN, Bounds, to_micros
+from cleanerd.format.limits import LONG_MAX, LONG_MIN
+from cleanerd.spark.bounds import Bounds, to_micros
 
 _RANGES = (EqualTo, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
 _NEVER_NULL = ("topic", "partition", "offset")
@@ -34,12 +35,12 @@ def _range(f: Filter, value: int) -> tuple[int, int]:
     if isinstance(f, EqualTo):
         return value, value
     if isinstance(f, GreaterThan):
-        return value + 1, INT64_MAX
+        return value + 1, LONG_MAX
     if isinstance(f, GreaterThanOrEqual):
-        return value, INT64_MAX
+        return value, LONG_MAX
     if isinstance(f, LessThan):
-        return INT64_MIN, value - 1
-    return INT64_MIN, value
+        return LONG_MIN, value - 1
+    return LONG_MIN, value
 
 
 def apply_filter(bounds: Bounds, f: Filter) -> Bounds | None:
@@ -78,7 +79,7 @@ def apply_filter(bounds: Bounds, f: Filter) -> Bounds | None:
             return None
         lo, hi = _range(f, micros)
         return bounds.with_micros_range(
-            None if lo == INT64_MIN else lo, None if hi == INT64_MAX else hi
+            None if lo == LONG_MIN else lo, None if hi == LONG_MAX else hi
         )
     return None
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import SupportsIndex, TypeVar, cast
 
+from cleanerd.format.limits import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 from cleanerd.storage.errors import CheckpointError, StorageError
 from cleanerd.storage.regular import read_regular
 from cleanerd.storage.topic_partition import MAX_PARTITION, TopicPartition, validate_topic_name
@@ -43,8 +44,8 @@ OFFSET_CHECKPOINTS = (
 CHECKPOINT_VERSION = 0
 TMP_SUFFIX = ".tmp"
 
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
+_INT32 = (INT_MIN, INT_MAX)
+_INT64 = (LONG_MIN, LONG_MAX)
 _JAVA_INT = re.compile(r"[+-]?[0-9]+")  # what Integer.parseInt / Long.parseLong accept
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # BufferedReader.readLine terminators
 _FIELD_SEP = re.compile(r"[ \t\n\x0b\f\r]+")  # Java regex \s+

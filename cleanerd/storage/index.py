@@ -22,13 +22,11 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import numpy.typing as npt
 
+from cleanerd.format.limits import INT_MAX, LONG_MAX, LONG_MIN
 from cleanerd.storage.errors import CorruptIndexError, OffsetOutOfRangeError
 from cleanerd.storage.regular import open_regular, read_regular, truncate_regular
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024  # segment.index.bytes
-INT32_MAX = 2**31 - 1
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 
 _MIN_CAPACITY = 64
 _PENDING_LIMIT = 64 * 1024  # bytes of buffered entries before they are written out
@@ -40,7 +38,7 @@ Int64Array = npt.NDArray[np.int64]
 
 def _clamp(value: int) -> int:
     """Keep search targets inside int64 so numpy never overflows on a huge Python int."""
-    return min(max(value, INT64_MIN), INT64_MAX)
+    return min(max(value, LONG_MIN), LONG_MAX)
 
 
 class _EntryFile:
@@ -120,7 +118,7 @@ class _EntryFile:
     def _relative(self, offset: int) -> int:
         """Both indexes store 32-bit offsets relative to the segment base."""
         rel = offset - self._base
-        if not 0 <= rel <= INT32_MAX:
+        if not 0 <= rel <= INT_MAX:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside the 32-bit relative range of {self._path} "
                 f"(base offset {self._base})"
@@ -248,7 +246,7 @@ class OffsetIndex(_EntryFile):
         if self.is_full():
             raise ValueError(f"{self._path} is full ({self._n} entries)")
         rel = self._relative(offset)
-        if not 0 <= position <= INT32_MAX:
+        if not 0 <= position <= INT_MAX:
             raise ValueError(f"position {position} does not fit an int32 in {self._path}")
         last_offset, last_position = self._at(self._n - 1, (self._base - 1, 0))
         if offset <= last_offset or position < last_position:
@@ -305,7 +303,7 @@ class TimeIndex(_EntryFile):
             raise ValueError(
                 f"offset {offset} is below the last entry's offset {last_offset} in {self._path}"
             )
-        if timestamp > INT64_MAX:
+        if timestamp > LONG_MAX:
             raise ValueError(f"timestamp {timestamp} does not fit an int64")
         if timestamp <= last_ts:
             return False

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -93,7 +94,7 @@ class ReadOnlyLog:
             ) from None
         try:
             seg.offset_index.sanity_check()
-            _, position = seg.offset_index.lookup(2**63 - 1)
+            _, position = seg.offset_index.lookup(LONG_MAX)
             if position > seg.size:
                 raise CorruptIndexError(f"{seg.offset_index.path}: points past the log's end")
         except CorruptIndexError as e:

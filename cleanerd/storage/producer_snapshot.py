@@ -18,6 +18,7 @@ from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from cleanerd.format.crc import checksum
+from cleanerd.format.limits import INT_MAX
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.regular import read_regular
 
@@ -26,7 +27,6 @@ _HEADER = struct.Struct(">hIi")  # version, CRC, entry count
 _ENTRY = struct.Struct(">qhiqiqiq")
 CRC_START = 6  # the CRC covers the entry count and the entries
 ENTRY_SIZE = _ENTRY.size  # 46
-_INT32_MAX = 2**31 - 1
 
 
 class CorruptSnapshotError(StorageError):
@@ -50,7 +50,7 @@ class SnapshotEntry:
     def first_sequence(self) -> int:
         """The batch's first sequence, wrapping below 0 as Kafka's ``decrementSequence``."""
         if self.last_sequence < self.offset_delta:
-            return _INT32_MAX - (self.offset_delta - self.last_sequence) + 1
+            return INT_MAX - (self.offset_delta - self.last_sequence) + 1
         return self.last_sequence - self.offset_delta
 
 

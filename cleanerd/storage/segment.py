@@ -16,6 +16,7 @@ import numpy as np
 
 from cleanerd.format import kernels as k
 from cleanerd.format.header import BatchHeader
+from cleanerd.format.limits import INT_MAX, LONG_MAX
 from cleanerd.format.reader import U8, BatchScan, scan_batches
 from cleanerd.storage.errors import CorruptIndexError, OffsetOutOfRangeError, StorageError
 from cleanerd.storage.files import (
@@ -31,7 +32,6 @@ from cleanerd.storage.map_cache import MAPS
 from cleanerd.storage.regular import kind_of, open_regular, refusal
 from cleanerd.storage.txnindex import TransactionIndex
 
-INT32_MAX = 2**31 - 1
 _EMPTY = np.zeros(0, dtype=np.uint8)
 
 
@@ -195,7 +195,7 @@ class LogSegment:
         tail = self._tail
         if tail is not None and tail[0] == key:
             return tail[1]
-        _, position = self.offset_index.lookup(2**63 - 1)
+        _, position = self.offset_index.lookup(LONG_MAX)
         arr = self._view(file)
         scan = scan_batches(arr, start=position, path=str(self.log_path), check_crc=False)
         if len(scan) == 0:
@@ -240,7 +240,7 @@ class LogSegment:
 
     def can_hold(self, largest_offset: int) -> bool:
         """Whether ``largest_offset`` fits the 32-bit relative offsets of the indexes."""
-        return 0 <= largest_offset - self.base_offset <= INT32_MAX
+        return 0 <= largest_offset - self.base_offset <= INT_MAX
 
     def append(
         self,
@@ -322,7 +322,7 @@ class LogSegment:
         self.offset_index.sanity_check()
         self.time_index.sanity_check()
         self.txn_index.sanity_check()
-        last_off, last_pos = self.offset_index.lookup(2**63 - 1)
+        last_off, last_pos = self.offset_index.lookup(LONG_MAX)
         if last_pos > self._size:
             raise CorruptIndexError(
                 f"corrupt index {self.offset_index.path}: entry for offset {last_off} points at "

@@ -12,15 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from cleanerd.format import kernels as k
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.segment import LogSegment
-
-_LAST = 2**63 - 1
 
 
 def tail_max_timestamp(seg: LogSegment) -> tuple[int, int]:
     """(max timestamp, its offset) of the batches from the last offset-index entry on;
     (-1, base offset) when there are none."""
-    _, position = seg.offset_index.lookup(_LAST)
+    _, position = seg.offset_index.lookup(LONG_MAX)
     b = seg.scan(position, check_crc=False).batches
     if len(b) == 0:
         return -1, seg.base_offset

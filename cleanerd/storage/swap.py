@@ -22,6 +22,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from cleanerd.format import kernels as k
+from cleanerd.format.limits import INT_MAX
 from cleanerd.format.reader import BatchScan, scan_batches
 from cleanerd.storage.checkpoints import fsync_dir
 from cleanerd.storage.errors import StorageError, UnsafeSwapError
@@ -37,7 +38,7 @@ from cleanerd.storage.files import (
 )
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.regular import kind_of, open_regular
-from cleanerd.storage.segment import INT32_MAX, LogSegment
+from cleanerd.storage.segment import LogSegment
 
 _KRAFT_DELETED = ".checkpoint" + DELETED_SUFFIX
 _TEMP_NAME = re.compile(r"([0-9]{20})(\.log|\.index|\.timeindex|\.txnindex)(\.cleaned|\.swap)")
@@ -211,7 +212,7 @@ def _check_log_swap(path: Path, base: int) -> _SwapLog:
     last = int(scan.batches[-1, k.B_LAST_OFFSET])
     if first < base:
         raise _unsafe(path, f"its first batch has base offset {first}, below its name's {base}")
-    if last - base > INT32_MAX:
+    if last - base > INT_MAX:
         raise _unsafe(path, f"its last offset {last} is beyond the 32-bit range from {base}")
     return _SwapLog(path, base, first, last + 1)
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from cleanerd.format.limits import INT_MAX
 from cleanerd.storage.errors import StorageError
 
 MAX_TOPIC_NAME_LENGTH = 249
 """Kafka's limit (``Topic.MAX_NAME_LENGTH``): leaves room for ``-<partition>`` and dir suffixes."""
 
-MAX_PARTITION = 2**31 - 1
+MAX_PARTITION = INT_MAX
 """Partitions are Java ints on the wire and in files."""
 
 _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]+")

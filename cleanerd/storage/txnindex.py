@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from cleanerd.format.limits import LONG_MAX, LONG_MIN
 from cleanerd.storage.checkpoints import atomic_write
 from cleanerd.storage.errors import CorruptIndexError
 from cleanerd.storage.regular import open_regular, read_regular, truncate_regular
 
 CURRENT_VERSION = 0
 ENTRY_SIZE = 34
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 _ENTRY = struct.Struct(">hqqqq")
 _FIELDS = struct.Struct(">qqqq")
 
@@ -40,7 +39,7 @@ class AbortedTxn:
     def __post_init__(self) -> None:
         for name in ("producer_id", "first_offset", "last_offset", "last_stable_offset"):
             value = getattr(self, name)
-            if not _INT64_MIN <= value <= _INT64_MAX:
+            if not LONG_MIN <= value <= LONG_MAX:
                 raise ValueError(f"AbortedTxn.{name} = {value} does not fit an int64")
 
     def to_bytes(self) -> bytes:
