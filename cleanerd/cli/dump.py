@@ -38,10 +38,10 @@ from cleanerd.inspect.dump import (
     index_problems,
     index_sanity,
 )
-from cleanerd.inspect.files import FileKind, UnknownFileKindError, base_offset_of, classify
+from cleanerd.inspect.files import FileKind, UnknownFileKindError, classify
 from cleanerd.inspect.text import item_line, kafka_item_line
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.files import LOG_SUFFIX, segment_file
+from cleanerd.storage.files import LOG_SUFFIX, parse_base_offset, segment_file
 
 _FLUSH_EVERY = 256  # lines per write: streams big segments without one echo per record
 _INDEXES = (FileKind.OFFSET_INDEX, FileKind.TIME_INDEX)
@@ -93,7 +93,7 @@ def _echo_all(lines: list[str], render: Callable[[Item], str], items: Iterable[I
 def _header(path: Path, kind: FileKind, opts: Options) -> list[str]:
     if opts.fmt != "text":
         return []
-    base = base_offset_of(path)
+    base = parse_base_offset(path.name)
     log_start = kind is FileKind.LOG and base is not None
     return [f"Dumping {path}"] + ([f"Log starting offset: {base}"] if log_start else [])
 
@@ -175,7 +175,7 @@ def _print_gaps(path: Path, gaps: list[tuple[int, int]]) -> None:
 
 
 def _has_log(index: Path) -> bool:
-    base = base_offset_of(index)
+    base = parse_base_offset(index.name)
     return base is not None and segment_file(index.parent, base, LOG_SUFFIX).is_file()
 
 

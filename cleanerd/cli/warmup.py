@@ -33,10 +33,11 @@ from cleanerd.compaction.strategy import Strategy, StrategyConfig
 from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.reader import index_batches, scan_batches
 from cleanerd.inspect.dump import dump_file, files_to_dump
-from cleanerd.inspect.files import classify, map_readonly
+from cleanerd.inspect.files import classify
 from cleanerd.inspect.verify import verify_path
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import wall_clock_ms
+from cleanerd.storage.regular import map_readonly
 from cleanerd.workload import WorkloadSpec, generate
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

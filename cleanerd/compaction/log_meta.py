@@ -10,19 +10,16 @@ one stopped, so an active segment that only grew costs a walk of its new batches
 
 from __future__ import annotations
 
-import mmap
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-import numpy as np
 
 from cleanerd.compaction.plan import SegmentMeta
 from cleanerd.format import kernels as k
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_TRANSACTIONAL
 from cleanerd.format.reader import I64, U8, scan_batches
-from cleanerd.storage.regular import open_regular
+from cleanerd.storage.regular import view_regular
 
 _HEADER_BYTES = 61  # a v2 batch header
 _LENGTH_AT, _MAGIC_AT, _CRC_AT = 8, 16, 17
@@ -56,16 +53,6 @@ class WalkResult:
     arr: U8
     batches: I64  # only the batches this walk read (the new ones when resumed)
     stat: os.stat_result
-
-
-def map_file(path: Path) -> tuple[U8, os.stat_result]:
-    """The file read-only as ``uint8`` and its stat, both from one open (so they agree)."""
-    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
-        st = os.fstat(f.fileno())
-        if st.st_size == 0:
-            return np.zeros(0, dtype=np.uint8), st
-        mm = mmap.mmap(f.fileno(), st.st_size, access=mmap.ACCESS_READ)
-    return np.frombuffer(mm, dtype=np.uint8), st
 
 
 def _u(arr: U8, start: int, size: int, *, signed: bool = False) -> int:
@@ -106,7 +93,7 @@ def walk_segment(
     to by another process); it is kept in ``torn_tail``. ``resume``: an earlier walk of the same
     file; when its last batch is still in place only the bytes after it are walked.
     """
-    arr, st = map_file(path)
+    arr, st = view_regular(path)
     mtime_ms = st.st_mtime_ns // 1_000_000
     if resume is not None and not (resume.resumable and _still_there(arr, resume.last_batch)):
         resume = None

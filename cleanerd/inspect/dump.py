@@ -26,14 +26,14 @@ from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import BatchHeader
 from cleanerd.format.reader import BatchScan, RecordBatch, scan_batches
 from cleanerd.format.records import Record
-from cleanerd.inspect.files import FileKind, base_offset_of, map_readonly, segment_logs
+from cleanerd.inspect.files import FileKind, segment_logs
 from cleanerd.inspect.segment_checks import check_segment
 from cleanerd.storage.checkpoints import read_any_checkpoint
-from cleanerd.storage.files import LOG_SUFFIX, segment_file
+from cleanerd.storage.files import LOG_SUFFIX, parse_base_offset, segment_file
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.producer_snapshot import read_snapshot
-from cleanerd.storage.regular import read_regular
+from cleanerd.storage.regular import map_readonly, read_regular
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
@@ -166,7 +166,7 @@ def live_segment(path: Path) -> tuple[LogSegment, tuple[int, str] | None] | None
     """For a live segment: it, and the next segment's (base offset, file name) if any; None
     for any other ``.log`` (a ``.swap`` or ``.cleaned`` leftover, a copy elsewhere...).
     Read-only: opening a ``LogSegment`` only stats and reads files."""
-    base = base_offset_of(path)
+    base = parse_base_offset(path.name)
     if base is None or not path.name.endswith(LOG_SUFFIX):
         return None
     live = _live_segments(path.parent, path.parent.stat().st_mtime_ns)
@@ -252,7 +252,7 @@ def _check_tail(path: Path, entry_size: int) -> None:
 
 
 def _base(path: Path) -> int:
-    base = base_offset_of(path)
+    base = parse_base_offset(path.name)
     if base is None:
         raise DumpError(f"{path}: the file name does not start with the segment base offset")
     return base

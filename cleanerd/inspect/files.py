@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import enum
-import mmap
-import os
 from pathlib import Path
 
-import numpy as np
-
-from cleanerd.format.reader import U8
 from cleanerd.storage import regular
 from cleanerd.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -26,10 +21,9 @@ from cleanerd.storage.files import (
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
-    offset_from_name,
+    parse_base_offset,
 )
 from cleanerd.storage.logdir import parse_partition_dir_name
-from cleanerd.storage.regular import open_regular
 
 _TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 _CHECKPOINT_NAMES = (*OFFSET_CHECKPOINTS, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)
@@ -51,34 +45,12 @@ class UnknownFileKindError(ValueError):
     """The path is not a file ``dump`` understands (a usage error, not corrupt data)."""
 
 
-def map_readonly(path: Path) -> U8:
-    """The whole file as a read-only ``uint8`` array; mapped, so big segments cost no memory.
-
-    ``ACCESS_READ`` makes any write through the map fail, which is what keeps ``verify`` honest.
-    A symlink or a FIFO is refused (``storage.regular``), never followed or waited on.
-    """
-    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
-        size = f.seek(0, 2)
-        if size == 0:
-            return np.zeros(0, dtype=np.uint8)
-        mm = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-    return np.frombuffer(mm, dtype=np.uint8)
-
-
 def strip_temp_suffix(name: str) -> str:
     """``x.log.swap`` -> ``x.log``: leftovers of a swap are dumped like the file they became."""
     for suffix in _TEMP_SUFFIXES:
         if name.endswith(suffix):
             return name[: -len(suffix)]
     return name
-
-
-def base_offset_of(path: Path) -> int | None:
-    """The segment base offset in a file name, or None when the name does not start with one."""
-    try:
-        return offset_from_name(path.name)
-    except ValueError:
-        return None
 
 
 def segment_logs(directory: Path, *, skip: bool = False) -> list[tuple[int, Path]]:
@@ -115,7 +87,7 @@ def classify(path: Path) -> FileKind:
     }
     for suffix, kind in kinds.items():
         if name.endswith(suffix):
-            if base_offset_of(path) is None:
+            if parse_base_offset(path.name) is None:
                 raise UnknownFileKindError(
                     f"{path}: an index file name must start with the segment base offset"
                 )

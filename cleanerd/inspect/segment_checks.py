@@ -19,9 +19,9 @@ from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CONTROL
 from cleanerd.format.limits import INT_MAX
 from cleanerd.format.reader import U8, BatchScan, RecordBatch, index_batches, scan_batches
-from cleanerd.inspect.files import map_readonly
 from cleanerd.storage.errors import CorruptIndexError
 from cleanerd.storage.log_config import LogConfig
+from cleanerd.storage.regular import map_readonly
 from cleanerd.storage.segment import LogSegment
 
 I64 = npt.NDArray[np.int64]

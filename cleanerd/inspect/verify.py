@@ -16,9 +16,7 @@ from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.files import (
     FileKind,
     UnknownFileKindError,
-    base_offset_of,
     classify,
-    map_readonly,
     segment_logs,
     strip_temp_suffix,
 )
@@ -37,12 +35,13 @@ from cleanerd.storage.files import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
+    parse_base_offset,
     segment_file,
 )
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState
-from cleanerd.storage.regular import irregular_segment_files, why_refused
+from cleanerd.storage.regular import irregular_segment_files, map_readonly, why_refused
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.snapshot_files import PART_SUFFIX, scan_snapshot_dir, snapshot_dir
@@ -225,7 +224,7 @@ def verify_segment(path: Path) -> VerifyReport:
     directory = path.parent
     part = PartitionReport(directory.absolute().name, directory)  # "." names no partition
     report = VerifyReport(path, SEGMENT, [part])
-    base = base_offset_of(path)
+    base = parse_base_offset(path.name)
     if base is None:  # classify already requires it of an index file
         part.own_problems.append(
             Problem(str(path), "file-name", "a .log file name must be a 20-digit base offset")
@@ -279,15 +278,15 @@ def verify_partition(directory: Path) -> PartitionReport:
     for p, kind in irregular:
         report.own_problems.append(Problem(str(p), "not-regular-file", why_refused(kind)))
     # a segment with any file that is not regular is reported once, above, and not read
-    skipped = {base_offset_of(p) for p, _ in irregular}
+    skipped = {parse_base_offset(p.name) for p, _ in irregular}
     logs = [(b, p) for b, p in segment_logs(directory, skip=True) if b not in skipped]
     bases = {base for base, _ in logs} | {b for b in skipped if b is not None}
     for p in sorted(directory.iterdir()):
-        if p.name.endswith(LOG_SUFFIX) and base_offset_of(p) is None:
+        if p.name.endswith(LOG_SUFFIX) and parse_base_offset(p.name) is None:
             report.own_problems.append(
                 Problem(str(p), "file-name", "a .log file name must be a 20-digit base offset")
             )
-        elif p.name.endswith(_INDEX_SUFFIXES) and base_offset_of(p) not in bases:
+        elif p.name.endswith(_INDEX_SUFFIXES) and parse_base_offset(p.name) not in bases:
             report.own_problems.append(
                 Problem(str(p), "orphan-index", "index file without its .log (Kafka deletes it)")
             )

@@ -27,7 +27,7 @@ from cleanerd.format.control import ControlType, parse_control_key
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import fsync_dir
-from cleanerd.storage.regular import open_regular
+from cleanerd.storage.regular import map_regular
 from cleanerd.storage.snapshot_files import (
     PART_SUFFIX,
     SnapshotId,
@@ -225,16 +225,12 @@ class SnapshotReader:
         self.sid: SnapshotId | None = sid or parse_name(self.path.name)
         self._map: mmap.mmap | None = None
         try:
-            fd = open_regular(self.path)
-            try:
-                size = os.fstat(fd).st_size
-                if size == 0:
-                    raise SnapshotError(self.path, "empty file")
-                self._map = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
+            self._map, st = map_regular(self.path)
         except OSError as e:
             raise SnapshotError(self.path, f"cannot read: {e.strerror or e}") from e
+        size = st.st_size
+        if self._map is None:
+            raise SnapshotError(self.path, "empty file")
         try:
             self._batches = list(iter_batches(self._map, path=str(self.path)))
             self.info = self._validate(size)

@@ -18,12 +18,13 @@ import numpy as np
 
 from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.reader import I64, scan_batches
-from cleanerd.inspect.files import map_readonly, segment_logs
+from cleanerd.inspect.files import segment_logs
 from cleanerd.spark.bounds import Bounds
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.producer_state import scan_producer_state
+from cleanerd.storage.regular import map_readonly
 
 AbortedRange = tuple[int, int, int]
 """(producer id, first offset, marker offset) of an aborted transaction."""

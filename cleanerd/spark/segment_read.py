@@ -23,12 +23,12 @@ from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
 from cleanerd.format.reader import I64, U8, index_batches, scan_batches
-from cleanerd.inspect.files import map_readonly
 from cleanerd.spark.bounds import NO_TIMESTAMP, Bounds
 from cleanerd.spark.columns import CONTROL_CODE, record_batch
 from cleanerd.spark.planning import SegmentRange, Txns
 from cleanerd.storage.chunks import CHUNK_BYTES
 from cleanerd.storage.errors import StorageError
+from cleanerd.storage.regular import map_readonly
 
 DEFAULT_BATCH_RECORDS = 65_536
 """Records per Arrow batch handed to Spark (bounded memory per task)."""

@@ -20,12 +20,20 @@ def filename_prefix(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def offset_from_name(name: str) -> int:
-    """The decimal text before the first dot; ValueError if it is not a number."""
+def parse_base_offset(name: str) -> int | None:
+    """The base offset a segment file's name starts with (the decimal text before the first
+    dot); None when the name does not start with one."""
     head = name.split(".", 1)[0]
-    if not (head.isascii() and head.isdigit()):  # int() takes other scripts' digits too
+    # ASCII only: int() takes other scripts' digits too
+    return int(head) if head.isascii() and head.isdigit() else None
+
+
+def offset_from_name(name: str) -> int:
+    """``parse_base_offset`` for a name known to be a segment file's; ValueError otherwise."""
+    base = parse_base_offset(name)
+    if base is None:
         raise ValueError(f"{name!r} does not start with an offset")
-    return int(head)
+    return base
 
 
 def segment_file(directory: Path, base_offset: int, suffix: str, temp_suffix: str = "") -> Path:

@@ -11,9 +11,13 @@ lister of segment files goes through ``segment_logs`` here, and every open of on
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import stat
 from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
 
 from cleanerd.storage.errors import NotRegularFileError
 from cleanerd.storage.files import (
@@ -23,6 +27,7 @@ from cleanerd.storage.files import (
     SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
     offset_from_name,
+    parse_base_offset,
 )
 
 _KINDS = (
@@ -99,12 +104,36 @@ def read_regular(path: Path | str) -> bytes:
         return f.read()
 
 
+def map_regular(path: Path | str) -> tuple[mmap.mmap | None, os.stat_result]:
+    """The whole file mapped read-only (None when it is empty) and its stat, both from one
+    ``open_regular`` (so they agree). ``ACCESS_READ`` makes any write through the map fail."""
+    fd = open_regular(path, os.O_RDONLY)
+    try:
+        st = os.fstat(fd)  # the file we map: a rename since an earlier stat shows here
+        if st.st_size == 0:
+            return None, st
+        return mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ), st
+    finally:
+        os.close(fd)
+
+
+def view_regular(path: Path | str) -> tuple[npt.NDArray[np.uint8], os.stat_result]:
+    """``map_regular`` as a ``uint8`` array (mapped, so big segments cost no memory)."""
+    mm, st = map_regular(path)
+    if mm is None:
+        return np.zeros(0, dtype=np.uint8), st
+    return np.frombuffer(mm, dtype=np.uint8), st
+
+
+def map_readonly(path: Path | str) -> npt.NDArray[np.uint8]:
+    """The whole file as a read-only ``uint8`` array (``view_regular`` without the stat)."""
+    return view_regular(path)[0]
+
+
 def is_segment_file_name(name: str) -> bool:
     """``<digits>.log``, ``.index``, ``.timeindex`` or ``.txnindex``, with or without a
     temporary suffix (``.cleaned``, ``.swap``, ``.deleted``) after it."""
-    try:
-        offset_from_name(name)
-    except ValueError:
+    if parse_base_offset(name) is None:
         return False
     for temp in (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX):
         name = name.removesuffix(temp)

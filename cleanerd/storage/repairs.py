@@ -30,7 +30,13 @@ from pathlib import Path
 
 from cleanerd.storage.checkpoints import atomic_write
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.files import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
+from cleanerd.storage.files import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    parse_base_offset,
+)
 from cleanerd.storage.regular import read_regular
 from cleanerd.storage.writer_lock import PartitionWriterLock
 
@@ -64,12 +70,6 @@ def describe(changed: list[str]) -> str:
     return f"partition changed before the failure: {shown}"
 
 
-def _base(name: str) -> int | None:
-    """The base offset a segment file (``<20 digits>.log``, ``.index.tmp``...) is named by."""
-    head = name.split(".", 1)[0]
-    return int(head) if head.isascii() and head.isdigit() and "." in name else None
-
-
 def _is_log(name: str) -> bool:
     return name.endswith(LOG_SUFFIX) or ".log." in name
 
@@ -85,7 +85,8 @@ class Repairs:
             if name.endswith(_INDEXES):
                 with contextlib.suppress(OSError):
                     self.indexes[name] = read_regular(self.directory / name)
-        bases = [b for n in self.before if n.endswith(LOG_SUFFIX) and (b := _base(n)) is not None]
+        logs = (n for n in self.before if n.endswith(LOG_SUFFIX))
+        bases = [b for n in logs if (b := parse_base_offset(n)) is not None]
         self.active = max(bases, default=None)  # writers' from here on
 
     def undo(self) -> str:
@@ -113,7 +114,7 @@ class Repairs:
         return describe([n for n in now if not self._same(n)])
 
     def _in_tail(self, name: str) -> bool:
-        base = _base(name)
+        base = parse_base_offset(name)
         return base is not None and self.active is not None and base >= self.active
 
     def _same(self, name: str) -> bool:

@@ -8,7 +8,6 @@ and the last batch's end are reused while the file is unchanged (writers only ap
 
 from __future__ import annotations
 
-import mmap
 import os
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from cleanerd.storage.files import (
 from cleanerd.storage.index import OffsetIndex, TimeIndex
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.map_cache import MAPS
-from cleanerd.storage.regular import kind_of, open_regular, refusal
+from cleanerd.storage.regular import kind_of, open_regular, refusal, view_regular
 from cleanerd.storage.txnindex import TransactionIndex
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
@@ -145,16 +144,10 @@ class LogSegment:
         if keep and cached is not None and cached[0] == (ino, size):
             MAPS.touch(self)
             return cached[1]
-        fd = open_regular(self.log_path, os.O_RDONLY)
-        try:
-            st = os.fstat(fd)  # the file we map: a rename since the stat shows here
-            self._size = st.st_size
-            if st.st_size == 0:
-                return _EMPTY
-            mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
-        finally:
-            os.close(fd)
-        arr = np.frombuffer(mm, dtype=np.uint8)
+        arr, st = view_regular(self.log_path)  # a rename since the stat shows in st
+        self._size = st.st_size
+        if st.st_size == 0:
+            return _EMPTY
         if keep:
             self._map = ((st.st_ino, st.st_size), arr)
             MAPS.touch(self)  # may evict the least recently used segment's map

@@ -13,7 +13,6 @@ cannot trust (see ``_check_log_swap`` and ``_check_range``) refuses the partitio
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 from collections.abc import Sequence
@@ -33,11 +32,11 @@ from cleanerd.storage.files import (
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     filename_prefix,
-    offset_from_name,
+    parse_base_offset,
     segment_file,
 )
 from cleanerd.storage.log_config import LogConfig
-from cleanerd.storage.regular import kind_of, open_regular
+from cleanerd.storage.regular import kind_of, map_regular
 from cleanerd.storage.segment import LogSegment
 
 _KRAFT_DELETED = ".checkpoint" + DELETED_SUFFIX
@@ -81,13 +80,6 @@ class _Plan:
     rolled_back: list[Path] = field(default_factory=list)  # interrupted swaps, then .cleaned
     replaced: list[Path] = field(default_factory=list)  # old files in the completed swaps' range
     completed: list[Path] = field(default_factory=list)  # .swap files, each segment's .log last
-
-
-def _base(name: str) -> int | None:
-    try:
-        return offset_from_name(name)
-    except ValueError:
-        return None
 
 
 def _unsafe(path: Path, reason: str) -> UnsafeSwapError:
@@ -154,7 +146,9 @@ def _plan_recovery(directory: Path) -> _Plan:
     live = {
         b: p
         for p in entries
-        if p.name.endswith(LOG_SUFFIX) and (b := _base(p.name)) is not None and not p.is_dir()
+        if p.name.endswith(LOG_SUFFIX)
+        and (b := parse_base_offset(p.name)) is not None
+        and not p.is_dir()
     }
     logs = [_check_log_swap(p, base) for base, suffix, p in swaps if suffix == LOG_SUFFIX]
     if logs:
@@ -164,7 +158,7 @@ def _plan_recovery(directory: Path) -> _Plan:
         # old segment files not yet renamed to .deleted when the crash came
         doomed = {*plan.deleted, *plan.rolled_back}
         for p in entries:
-            b = _base(p.name)
+            b = parse_base_offset(p.name)
             if b is None or p.name.endswith(SWAP_SUFFIX) or p in doomed or p.is_dir():
                 continue
             if low <= b < high:
@@ -191,12 +185,11 @@ def _parse_temp_name(path: Path) -> tuple[int, str, str]:
 
 def _scan(path: Path, *, check_crc: bool) -> BatchScan | None:
     """Every batch of a whole file (None when it is empty), read through a private map."""
-    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return None
-        with mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as mm:
-            return scan_batches(mm, path=str(path), check_crc=check_crc)
+    mm, _ = map_regular(path)
+    if mm is None:
+        return None
+    with mm:
+        return scan_batches(mm, path=str(path), check_crc=check_crc)
 
 
 def _check_log_swap(path: Path, base: int) -> _SwapLog:
