@@ -44,6 +44,7 @@ from cleanerd.config import ConfigError, LoadedConfig
 from cleanerd.format.reader import I64, U8
 from cleanerd.inspect.files import segment_logs
 from cleanerd.inspect.verify import looks_like_partition_dir
+from cleanerd.scheduling.metadata import partition_log_meta
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -196,23 +197,17 @@ def read_log_meta(directory: Path, tp: TopicPartition) -> tuple[LogMeta, list[st
     swap leftovers, a batch that does not decode (the segment is planned up to it)."""
     notes = [f"{p.name}: left by an interrupted swap" for p in leftover_temp_files(directory)]
     read = [_segment(base, path, notes) for base, path in segment_logs(directory)]
-    segments = [meta for meta, _, _, _ in read]
     logdir = directory.parent
-    start = _checkpointed(logdir, LOG_START_OFFSET_CHECKPOINT, tp)
-    if not segments:  # opening it would create an empty active segment at the log start
-        segments.append(SegmentMeta(start or 0, 0, 0, None, start or 0))
-    leo = segments[-1].next_offset
-    if start is None or not segments[0].base_offset <= start <= leo:
-        start = segments[0].base_offset
-    hw = _checkpointed(logdir, REPLICATION_OFFSET_CHECKPOINT, tp)
+    log_start = _checkpointed(logdir, LOG_START_OFFSET_CHECKPOINT, tp)
+    high_watermark = _checkpointed(logdir, REPLICATION_OFFSET_CHECKPOINT, tp)
     state = scan_producer_state((arr, b, str(path)) for _, arr, b, path in read)
-    meta = LogMeta(
-        topic_partition=tp,
-        segments=tuple(segments),
-        log_start_offset=start,
-        log_end_offset=leo,
-        last_stable_offset=min(state.last_stable_offset(leo if hw is None else min(hw, leo)), leo),
-        checkpoint=_checkpointed(logdir, CLEANER_OFFSET_CHECKPOINT, tp),
+    meta = partition_log_meta(
+        tp,
+        [meta for meta, _, _, _ in read],
+        log_start=log_start,
+        high_watermark=high_watermark,
+        cleaner_checkpoint=_checkpointed(logdir, CLEANER_OFFSET_CHECKPOINT, tp),
+        first_unstable=state.first_unstable_offset,
     )
     return meta, notes
 

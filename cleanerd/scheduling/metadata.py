@@ -94,6 +94,35 @@ class PartitionMeta:
         )
 
 
+def partition_log_meta(
+    tp: TopicPartition,
+    segments: list[SegmentMeta],
+    *,
+    log_start: int | None,
+    high_watermark: int | None,
+    cleaner_checkpoint: int | None,
+    first_unstable: int | None,
+) -> LogMeta:
+    """``LogMeta.from_log`` from what a partition's files say, without opening the log (which
+    may write): its segments, its log dir's checkpoints and its oldest open transaction. Shared
+    by the daemon's scans and ``cleanerd plan``, so both plan what opening would find."""
+    if not segments:  # opening it would create an empty active segment at the log start
+        segments = [SegmentMeta(log_start or 0, 0, 0, None, log_start or 0)]
+    leo = segments[-1].next_offset
+    start = log_start
+    if start is None or not segments[0].base_offset <= start <= leo:
+        start = segments[0].base_offset
+    high = leo if high_watermark is None else min(high_watermark, leo)
+    return LogMeta(
+        topic_partition=tp,
+        segments=tuple(segments),
+        log_start_offset=start,
+        log_end_offset=leo,
+        last_stable_offset=high if first_unstable is None else min(first_unstable, high),
+        checkpoint=cleaner_checkpoint,
+    )
+
+
 @dataclass(slots=True)
 class _Listing:
     names: list[str] = field(default_factory=list)
@@ -221,28 +250,18 @@ class MetadataCache:
         # partition's cleanable bytes still show (Kafka's uncleanable-bytes); ``error`` keeps
         # the manager from cleaning it.
         bad = next((w.error for w in walks if w.error is not None), None)
-        segments = [w.meta for w in walks]
-        start = checkpoints.log_start.get(tp)
-        if not segments:  # opening it would create an empty active segment at the log start
-            segments.append(SegmentMeta(start or 0, 0, 0, None, start or 0))
-        leo = segments[-1].next_offset
-        if start is None or not segments[0].base_offset <= start <= leo:
-            start = segments[0].base_offset
-        hw = checkpoints.replication.get(tp)
-        high = leo if hw is None else min(hw, leo)
         txn = [
             (path, stamp)
             for (_, path, stamp), w in zip(listing.logs, walks, strict=True)
             if w.transactional
         ]
-        unstable = self._first_unstable(directory, txn) if txn else None
-        log = LogMeta(
-            topic_partition=tp,
-            segments=tuple(segments),
-            log_start_offset=start,
-            log_end_offset=leo,
-            last_stable_offset=high if unstable is None else min(unstable, high),
-            checkpoint=checkpoints.cleaner.get(tp),
+        log = partition_log_meta(
+            tp,
+            [w.meta for w in walks],
+            log_start=checkpoints.log_start.get(tp),
+            high_watermark=checkpoints.replication.get(tp),
+            cleaner_checkpoint=checkpoints.cleaner.get(tp),
+            first_unstable=self._first_unstable(directory, txn) if txn else None,
         )
         records = tuple(w.records for w in walks) or (0,)
         notes = tuple(str(w.torn_tail) for w in walks if w.torn_tail is not None)
