@@ -285,10 +285,12 @@ def _copy(logdir: Path, work: Path, name: str) -> Path:
 
 
 def _jobs(logdir: Path) -> list[Any]:
-    from cleanerd.compaction.strategy import StrategyConfig  # noqa: PLC0415
-    from cleanerd.compaction.topic_config import TopicCleanerConfig  # noqa: PLC0415
     from cleanerd.spark.compact import PartitionJob  # noqa: PLC0415
-    from cleanerd.storage.log_config import LogConfig  # noqa: PLC0415
+    from cleanerd.topic_model import (  # noqa: PLC0415
+        LogConfig,
+        StrategyConfig,
+        TopicCleanerConfig,
+    )
 
     cleaner = dataclasses.replace(TopicCleanerConfig(), delete_retention_ms=0)
     return [
@@ -337,8 +339,8 @@ def _phases(outcome: Any) -> dict[str, Any]:
 
 
 def bench_compact(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from cleanerd.compaction.strategy import StrategyConfig  # noqa: PLC0415
     from cleanerd.spark.compact import Options, Plan, map_bytes_needed  # noqa: PLC0415
+    from cleanerd.topic_model import StrategyConfig  # noqa: PLC0415
 
     work = args.work or args.out / "spark-compact-work"
     work.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,9 @@
 """Every Kafka topic setting cleanerd reads, listed once: name, Kafka's default, broker synonym.
 
-The config tree (defaults, ``[topics."glob"]`` tables, ``config show``), the engine's topic
-values (``compaction.topic_config``, ``compaction.topic_settings``) and storage's defaults all
-read the same list, so a default or a synonym cannot differ between them. It sits below all of
-them (it imports only format/limits.py), with the parsing rules Kafka applies to the values.
+The config tree (defaults, ``[topics."glob"]`` tables, ``config show``) and the topic values
+the engine and storage use (``topic_model``) read the same list, so a default or a synonym cannot
+differ between them. It sits below all of them (it imports only format/limits.py), with the
+parsing rules Kafka applies to the values.
 """
 
 from __future__ import annotations

@@ -19,7 +19,6 @@ from cleanerd.compaction import writer as writer_mod
 from cleanerd.compaction.cleaner import Cleaner, segment_sizes
 from cleanerd.compaction.grouping import group_segments
 from cleanerd.compaction.rebuild import NO_HORIZON, rebuild_batches
-from cleanerd.compaction.strategy import Strategy, StrategyConfig
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.format import crc as crc_mod
 from cleanerd.format import kernels as k
@@ -35,9 +34,9 @@ from cleanerd.storage.checkpoints import (
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig
 from tests.test_compaction_cleaner import (
     DAY,
     LARGE_TS,

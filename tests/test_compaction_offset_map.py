@@ -21,18 +21,13 @@ from cleanerd.compaction.offset_map import (
     OffsetMap,
     slot_bytes,
 )
-from cleanerd.compaction.strategy import (
-    Strategy,
-    StrategyConfig,
-    compute_versions,
-    record_versions,
-    wins,
-)
+from cleanerd.compaction.strategy import compute_versions, record_versions, wins
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch
 from cleanerd.format.codecs import Compression
 from cleanerd.format.reader import decode_headers, index_batches, scan_batches
 from cleanerd.format.records import Record
+from cleanerd.topic_model import Strategy, StrategyConfig
 
 FUZZ = settings(max_examples=150)
 TIMESTAMP = StrategyConfig(Strategy.TIMESTAMP)

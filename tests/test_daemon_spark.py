@@ -23,9 +23,8 @@ import pytest
 from e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 from cleanerd.compaction.one_shot import compact_directory
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog, wall_clock_ms
-from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig
+from cleanerd.topic_model import LogConfig, StrategyConfig, TopicCleanerConfig
 
 pytest.importorskip("pyspark", reason="the spark extra is part of the test install")
 

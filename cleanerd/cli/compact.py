@@ -55,7 +55,6 @@ from cleanerd.compaction.one_shot import (
     CompactionError,
     compact_directory,
 )
-from cleanerd.compaction.strategy import Strategy
 from cleanerd.compaction.summary import CompactionProgress, CompactionSummary, Progress
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.checkpoints import (
@@ -67,6 +66,7 @@ from cleanerd.storage.errors import StorageError
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.repairs import Repairs
+from cleanerd.topic_model import Strategy
 
 
 def _check_jobs(jobs: list[Job], map_bytes: int, strategy: str | None) -> None:

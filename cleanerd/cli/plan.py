@@ -39,7 +39,6 @@ from cleanerd.cli.tables import table_console
 from cleanerd.compaction.bounds import as_rolled
 from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, plan
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.config import ConfigError, LoadedConfig
 from cleanerd.format.reader import I64, U8
 from cleanerd.inspect.files import segment_logs
@@ -57,6 +56,7 @@ from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.producer_state import scan_producer_state
 from cleanerd.storage.swap import leftover_temp_files
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import TopicSettings
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -29,15 +29,13 @@ from cleanerd._jitcache import private_dir
 from cleanerd.cli.options import format_option
 from cleanerd.compaction.jit import compile_clock
 from cleanerd.compaction.one_shot import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory
-from cleanerd.compaction.strategy import Strategy, StrategyConfig
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.reader import index_batches, scan_batches
 from cleanerd.inspect.dump import dump_file, files_to_dump
 from cleanerd.inspect.files import classify
 from cleanerd.inspect.verify import verify_path
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import wall_clock_ms
 from cleanerd.storage.regular import map_readonly
+from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

@@ -13,7 +13,7 @@ import enum
 from dataclasses import replace
 
 from cleanerd.compaction.plan import LogMeta, SegmentMeta, cleanable_offsets
-from cleanerd.compaction.topic_config import TopicCleanerConfig
+from cleanerd.topic_model import TopicCleanerConfig
 
 
 class Bound(enum.Enum):

@@ -34,7 +34,7 @@ from cleanerd.compaction.batches import index_and_hash, payloads, transaction_ve
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.stats import CleanerStats
-from cleanerd.compaction.strategy import StrategyConfig, compute_versions
+from cleanerd.compaction.strategy import compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
 from cleanerd.format.header import ATTR_TIMESTAMP_TYPE
@@ -42,6 +42,7 @@ from cleanerd.format.reader import I64, U8
 from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import StrategyConfig
 
 Arr = npt.NDArray[Any]
 OnChunk = Callable[[int], None]

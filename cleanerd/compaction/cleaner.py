@@ -48,9 +48,7 @@ from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.plan import CleaningPlan
 from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.stats import CleanerStats
-from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import (
     CleanedTransactionMetadata,
     last_records_of_active_producers,
@@ -64,6 +62,7 @@ from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import check_offsets_across
 from cleanerd.storage.snapshot_files import oldest_snapshot_end
+from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig
 
 RECORD_CACHE_BYTES = 64 << 20
 """Default bound of pass 1's record cache (``record_cache``): 26 bytes a record."""

@@ -14,11 +14,9 @@ from pathlib import Path
 
 from cleanerd.compaction.cleaner import Cleaner, CleanResult
 from cleanerd.compaction.plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
-from cleanerd.compaction.strategy import StrategyConfig
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.codecs import limit_decompression
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog, wall_clock_ms
+from cleanerd.topic_model import LogConfig, StrategyConfig, TopicCleanerConfig
 
 __all__ = ["clean_once", "never", "open_log", "plan_log"]
 

@@ -40,9 +40,7 @@ from cleanerd.compaction.group_writer import add_segment_aborted
 from cleanerd.compaction.grouping import group_items
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
 from cleanerd.compaction.plan import CleaningPlan
-from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import (
     CleanedTransactionMetadata,
     LastRecord,
@@ -54,6 +52,7 @@ from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.snapshot_files import oldest_snapshot_end
 from cleanerd.storage.txnindex import AbortedTxn
+from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig
 
 Arr = npt.NDArray[Any]
 

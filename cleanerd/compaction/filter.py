@@ -34,12 +34,13 @@ from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.rebuild import NO_HORIZON
 from cleanerd.compaction.record_cache import RecordCache
 from cleanerd.compaction.stats import CleanerStats
-from cleanerd.compaction.strategy import StrategyConfig, compute_versions
+from cleanerd.compaction.strategy import compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata, LastRecord
 from cleanerd.format import kernels as k
 from cleanerd.format.header import ATTR_DELETE_HORIZON
 from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.reader import I64, U8, index_batches
+from cleanerd.topic_model import StrategyConfig
 
 
 class Action(enum.IntEnum):

@@ -38,7 +38,7 @@ from cleanerd.compaction.map_table import (
     retains,
     stored_entry,
 )
-from cleanerd.compaction.strategy import Strategy, StrategyConfig
+from cleanerd.topic_model import Strategy, StrategyConfig
 
 Arr = npt.NDArray[Any]
 

@@ -46,7 +46,6 @@ from cleanerd.compaction.external import PassCleaner, PassFactory
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap
 from cleanerd.compaction.plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction.stats import CleanerStats
-from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.summary import (
     CompactionProgress,
     CompactionSummary,
@@ -54,7 +53,6 @@ from cleanerd.compaction.summary import (
     census,
 )
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -64,9 +62,9 @@ from cleanerd.storage.checkpoints import (
     update_offset_checkpoint,
 )
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig, StrategyConfig, TopicCleanerConfig
 
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 << 20
 """Kafka's ``log.cleaner.dedupe.buffer.size``; one-shot runs give it all to one partition."""

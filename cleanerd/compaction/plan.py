@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from cleanerd.compaction.batches import fold_producers
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import TopicCleanerConfig
 
 
 @dataclass(frozen=True, slots=True)

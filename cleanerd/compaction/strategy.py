@@ -23,8 +23,6 @@ from cleanerd.topic_model import Strategy, StrategyConfig
 
 __all__ = [
     "VERSION_BYTES",
-    "Strategy",
-    "StrategyConfig",
     "compute_versions",
     "header_version",
     "record_versions",

@@ -31,13 +31,13 @@ from cleanerd.inspect.segment_checks import check_segment
 from cleanerd.storage.checkpoints import read_any_checkpoint
 from cleanerd.storage.files import LOG_SUFFIX, parse_base_offset, segment_file
 from cleanerd.storage.index import OffsetIndex, TimeIndex
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.producer_snapshot import read_snapshot
 from cleanerd.storage.regular import map_readonly, read_regular
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
 from cleanerd.storage.txnindex import AbortedTxn
+from cleanerd.topic_model import LogConfig
 
 Item = dict[str, object]
 _MARKERS = (ControlType.ABORT, ControlType.COMMIT)

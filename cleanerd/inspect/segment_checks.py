@@ -20,9 +20,9 @@ from cleanerd.format.header import ATTR_CONTROL
 from cleanerd.format.limits import INT_MAX
 from cleanerd.format.reader import U8, BatchScan, RecordBatch, index_batches, scan_batches
 from cleanerd.storage.errors import CorruptIndexError
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.regular import map_readonly
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig
 
 I64 = npt.NDArray[np.int64]
 MAX_PER_FILE = 5  # problems listed per check and file before summarising the rest

@@ -38,7 +38,6 @@ from cleanerd.storage.files import (
     parse_base_offset,
     segment_file,
 )
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import LogDir, parse_partition_dir_name
 from cleanerd.storage.producer_state import ProducerState
 from cleanerd.storage.regular import irregular_segment_files, map_readonly, why_refused
@@ -46,6 +45,7 @@ from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import offsets_overlap
 from cleanerd.storage.snapshot_files import PART_SUFFIX, scan_snapshot_dir, snapshot_dir
 from cleanerd.storage.swap import leftover_temp_files
+from cleanerd.topic_model import LogConfig
 
 LOG_DIR = "log_dir"
 PARTITION_DIR = "partition_dir"

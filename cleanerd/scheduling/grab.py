@@ -15,9 +15,9 @@ from typing import Protocol
 
 from cleanerd.compaction.plan import CleaningPlan, LogMeta, rank
 from cleanerd.compaction.stats import CleanerStats
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.scheduling.state import CleaningTotals
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import TopicSettings
 
 
 @dataclass(frozen=True, slots=True)

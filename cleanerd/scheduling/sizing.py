@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from cleanerd.compaction.offset_map import slot_bytes
-from cleanerd.compaction.strategy import Strategy, StrategyConfig
+from cleanerd.topic_model import Strategy, StrategyConfig
 
 MIN_SLOTS = 1024
 """Floor: a map this small costs nothing and spares the tiny-log edge cases (24 KiB at most)."""

@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cleanerd.compaction.plan import CleaningPlan, plan
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.scheduling.metadata import MetadataCache, PartitionMeta
 from cleanerd.scheduling.snapshots import latest_snapshot_end
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import TopicSettings
 
 Resolve = Callable[[str], TopicSettings]
 

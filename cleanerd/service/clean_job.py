@@ -22,9 +22,9 @@ from cleanerd.compaction.engine import clean_once, open_log
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.retention import delete_old_segments
+from cleanerd.topic_model import TopicSettings
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.scheduling.manager import CleanerManager
 from cleanerd.service.clean_job import roll_if_idle
 from cleanerd.service.logging import get_logger
 from cleanerd.service.threads import Blocking, in_default_pool
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.retention import delete_old_segments
+from cleanerd.topic_model import TopicSettings
 
 log = get_logger("cleanerd.maintenance")
 

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from cleanerd.compaction.batches import index_and_hash, transaction_verdicts
 from cleanerd.compaction.offset_map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
-from cleanerd.compaction.strategy import StrategyConfig, compute_versions
+from cleanerd.compaction.strategy import compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
 from cleanerd.format.batch_view import records_from_index
@@ -32,6 +32,7 @@ from cleanerd.format.scan import as_uint8
 from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import StrategyConfig
 
 Arr = npt.NDArray[Any]
 Chunk = tuple[Arr, Arr, Arr]

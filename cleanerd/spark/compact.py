@@ -38,20 +38,18 @@ from cleanerd.compaction.one_shot import (
     compact_directory,
     compact_partition,
 )
-from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.summary import CompactionSummary
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.inspect.files import segment_logs
 from cleanerd.spark.plan_b import PassTimes, PlanBError, SparkPass
 from cleanerd.spark.staging import default_staging_root
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.repairs import Repairs
+from cleanerd.topic_model import LogConfig, StrategyConfig, TopicCleanerConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

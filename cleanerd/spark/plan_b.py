@@ -63,9 +63,7 @@ from cleanerd.compaction.external import (
 from cleanerd.compaction.group_writer import write_group
 from cleanerd.compaction.plan import CleaningPlan
 from cleanerd.compaction.stats import CleanerStats
-from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.throttle import Throttler
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import LastRecord
 from cleanerd.format.codecs import limit_decompression
 from cleanerd.format.limits import LONG_MAX
@@ -75,6 +73,7 @@ from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, update_offse
 from cleanerd.storage.files import CLEANED_SUFFIX
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

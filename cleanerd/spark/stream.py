@@ -22,8 +22,8 @@ from cleanerd.spark.datasource import read_ranges
 from cleanerd.spark.planning import PartitionDir, partition_dirs, partition_txns, segment_ranges
 from cleanerd.spark.read import ReadOptions
 from cleanerd.spark.segment_read import ReadSpec
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig
 
 if TYPE_CHECKING:
     from cleanerd.spark.metrics import ReadMetrics

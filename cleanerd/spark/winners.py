@@ -29,14 +29,14 @@ from typing import Any
 import numpy as np
 
 from cleanerd.compaction.batches import index_and_hash, transaction_verdicts
-from cleanerd.compaction.strategy import StrategyConfig, compute_versions
+from cleanerd.compaction.strategy import compute_versions
 from cleanerd.compaction.transactions import CleanedTransactionMetadata
 from cleanerd.format import kernels as k
 from cleanerd.format.codecs import limit_decompression
 from cleanerd.storage.aborted import collect_aborted
 from cleanerd.storage.chunks import iter_chunks
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig, StrategyConfig
 
 ROWS = np.dtype(
     [

@@ -24,7 +24,6 @@ from cleanerd.format.reader import BatchScan, scan_batches
 from cleanerd.format.records import Record
 from cleanerd.storage import txn_check
 from cleanerd.storage.leader_epoch import LeaderEpochCache
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.producer_state import (
     ProducerEntry,
     ProducerState,
@@ -36,6 +35,7 @@ from cleanerd.storage.rolling import is_idle, jitter_ms, should_roll
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_times import complete_time_index
 from cleanerd.storage.writer_lock import PartitionWriterLock
+from cleanerd.topic_model import LogConfig
 
 __all__ = ["AppendInfo", "Appender"]
 

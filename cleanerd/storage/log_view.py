@@ -30,7 +30,6 @@ from cleanerd.storage.checkpoints import (
 from cleanerd.storage.errors import CorruptIndexError, StorageError
 from cleanerd.storage.files import SWAP_SUFFIX
 from cleanerd.storage.index import OffsetIndex
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.producer_state import (
     ProducerSnapshot,
@@ -42,6 +41,7 @@ from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.segment_list import list_logs
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.storage.writer_lock import PartitionWriterLock
+from cleanerd.topic_model import LogConfig
 
 __all__ = ["ReadOnlyLog"]
 

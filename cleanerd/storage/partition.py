@@ -27,7 +27,6 @@ from cleanerd.storage.checkpoints import (
 )
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.leader_epoch import LeaderEpochCache
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.logdir import parse_partition_dir_name
 from cleanerd.storage.producer_state import (
     ProducerSnapshot,
@@ -41,6 +40,7 @@ from cleanerd.storage.segment_list import SegmentWatch, list_logs, open_segment
 from cleanerd.storage.swap import RecoveryReport, recover_temp_files, replace_segments
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.storage.writer_lock import PartitionWriterLock
+from cleanerd.topic_model import LogConfig
 
 __all__ = ["LoadReport", "PartitionLog", "wall_clock_ms"]
 

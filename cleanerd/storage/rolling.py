@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig
 
 
 def jitter_ms(config: LogConfig, dir_name: str, base_offset: int) -> int:

@@ -26,10 +26,10 @@ from cleanerd.storage.files import (
     segment_file,
 )
 from cleanerd.storage.index import OffsetIndex, TimeIndex
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.map_cache import MAPS
 from cleanerd.storage.regular import kind_of, open_regular, refusal, view_regular
 from cleanerd.storage.txnindex import TransactionIndex
+from cleanerd.topic_model import LogConfig
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
 

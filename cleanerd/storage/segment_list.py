@@ -25,9 +25,9 @@ from cleanerd.format import kernels as k
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.storage.chunks import iter_chunks
 from cleanerd.storage.errors import CorruptIndexError
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.regular import segment_logs
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig
 
 RACY_NS = 2_000_000_000  # covers filesystems with 1-2 s timestamps too
 

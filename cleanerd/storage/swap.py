@@ -35,9 +35,9 @@ from cleanerd.storage.files import (
     parse_base_offset,
     segment_file,
 )
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.regular import kind_of, map_regular
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig
 
 _KRAFT_DELETED = ".checkpoint" + DELETED_SUFFIX
 _TEMP_NAME = re.compile(r"([0-9]{20})(\.log|\.index|\.timeindex|\.txnindex)(\.cleaned|\.swap)")

@@ -32,9 +32,9 @@ from types import FrameType
 import numpy as np
 
 from cleanerd.format.records import Record
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog, wall_clock_ms
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import LogConfig
 from cleanerd.workload.check import MODEL_VERSION, PartitionModel
 
 DEFAULT_TOPICS = ("live-a", "live-b")

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from cleanerd.format.codecs import Compression
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.topic_partition import MAX_PARTITION, validate_topic_name
+from cleanerd.topic_model import LogConfig
 
 DEFAULT_START_TIMESTAMP = 1_700_000_000_000
 """Fixed, so that two runs with the same seed write the same bytes (the fixtures use it too)."""
