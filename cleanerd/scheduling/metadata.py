@@ -29,9 +29,9 @@ from cleanerd.storage.checkpoints import (
     read_offset_checkpoint,
 )
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.files import LOG_SUFFIX, offset_from_name
+from cleanerd.storage.files import offset_from_name
 from cleanerd.storage.producer_state import scan_producer_state
-from cleanerd.storage.regular import is_segment_file_name, kind_of, refusal
+from cleanerd.storage.regular import segment_log_stats
 from cleanerd.storage.topic_partition import TopicPartition
 
 _NONE: Mapping[TopicPartition, int] = MappingProxyType({})
@@ -134,18 +134,8 @@ def _list(directory: Path) -> _Listing:
     """The dir's names and its segments; NotRegularFileError (storage's rule, the partition's
     error) when a file named like a segment file is a symlink or a FIFO."""
     out = _Listing()
-    with os.scandir(directory) as entries:
-        for entry in entries:
-            out.names.append(entry.name)
-            if not is_segment_file_name(entry.name):
-                continue
-            st = entry.stat(follow_symlinks=False)
-            kind = kind_of(st.st_mode)
-            if kind is not None:
-                raise refusal(entry.path, kind)
-            if entry.name.endswith(LOG_SUFFIX):
-                out.logs.append((offset_from_name(entry.name), entry.path, FileStamp.of(st)))
-    out.logs.sort()
+    found = segment_log_stats(directory, names=out.names)
+    out.logs = sorted((base, path, FileStamp.of(st)) for base, (path, st) in found.items())
     return out
 
 

@@ -140,12 +140,17 @@ def is_segment_file_name(name: str) -> bool:
     return name.endswith(SEGMENT_SUFFIXES)
 
 
-def _lstat_entries(directory: Path) -> list[tuple[str, str, os.stat_result]]:
+def _lstat_entries(
+    directory: Path, names: list[str] | None = None
+) -> list[tuple[str, str, os.stat_result]]:
     """(name, path, lstat) of the entries named like segment files; ones that vanish while
-    listed (a swap or a deletion by another process) are left out."""
+    listed (a swap or a deletion by another process) are left out. ``names`` gets every
+    entry's name, for a caller that needs the whole listing too."""
     out = []
     with os.scandir(directory) as entries:
         for entry in entries:
+            if names is not None:
+                names.append(entry.name)
             if is_segment_file_name(entry.name):
                 try:  # os.stat, not entry.stat: the same call as every other stat here
                     out.append((entry.name, entry.path, os.stat(entry.path, follow_symlinks=False)))
@@ -165,24 +170,33 @@ def irregular_segment_files(directory: Path) -> list[tuple[Path, str]]:
     return sorted(found)
 
 
-def segment_logs(directory: Path, *, skip: bool = False) -> dict[int, tuple[Path, int]]:
-    """Base offset -> (path, inode) of every ``<digits>.log`` in a partition dir (Kafka's
+def segment_log_stats(
+    directory: Path, *, skip: bool = False, names: list[str] | None = None
+) -> dict[int, tuple[str, os.stat_result]]:
+    """Base offset -> (path, lstat) of every ``<digits>.log`` in a partition dir (Kafka's
     loader's rule), after checking that every file named like a segment file is a regular file.
 
     Raises NotRegularFileError naming the first one that is not (by name); with ``skip`` those
-    are left out instead (``verify`` reports them from ``irregular_segment_files``).
+    are left out instead (``verify`` reports them from ``irregular_segment_files``). ``names``
+    gets the name of every entry of the dir.
     """
-    found: dict[int, tuple[Path, int]] = {}
+    found: dict[int, tuple[str, os.stat_result]] = {}
     bad: list[tuple[str, str]] = []
-    for name, path, st in _lstat_entries(directory):
+    for name, path, st in _lstat_entries(directory, names):
         kind = kind_of(st.st_mode)
         if kind is not None:
             bad.append((path, kind))
         elif name.endswith(LOG_SUFFIX):
-            found[offset_from_name(name)] = (Path(path), st.st_ino)
+            found[offset_from_name(name)] = (path, st)
     if bad and not skip:
         raise refusal(*min(bad))
     return found
+
+
+def segment_logs(directory: Path, *, skip: bool = False) -> dict[int, tuple[Path, int]]:
+    """``segment_log_stats`` as base offset -> (path, inode)."""
+    found = segment_log_stats(directory, skip=skip)
+    return {base: (Path(path), st.st_ino) for base, (path, st) in found.items()}
 
 
 def truncate_regular(path: Path | str, size: int) -> bool:

@@ -35,7 +35,7 @@ from cleanerd.storage.files import (
     parse_base_offset,
     segment_file,
 )
-from cleanerd.storage.regular import kind_of, map_regular
+from cleanerd.storage.regular import kind_of, map_regular, segment_logs
 from cleanerd.storage.segment import LogSegment
 from cleanerd.topic_model import LogConfig
 
@@ -143,13 +143,7 @@ def _plan_recovery(directory: Path) -> _Plan:
         plan.rolled_back += [p for _, p in cleaned]
     if not swaps:
         return plan
-    live = {
-        b: p
-        for p in entries
-        if p.name.endswith(LOG_SUFFIX)
-        and (b := parse_base_offset(p.name)) is not None
-        and not p.is_dir()
-    }
+    live = {base: path for base, (path, _) in segment_logs(directory).items()}
     logs = [_check_log_swap(p, base) for base, suffix, p in swaps if suffix == LOG_SUFFIX]
     if logs:
         _check_range(logs, live)

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from cleanerd.format import kernels as k
-from cleanerd.storage.files import LOG_SUFFIX
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage.regular import segment_log_stats
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.workload.producers import Producer, begin_if_idle, make_producers
 from cleanerd.workload.source import RecordSource
@@ -38,7 +38,7 @@ def has_data(directory: Path) -> bool:
     """Whether a partition directory holds any non-empty ``.log`` segment."""
     if not directory.is_dir():
         return False
-    return any(p.name.endswith(LOG_SUFFIX) and p.stat().st_size > 0 for p in directory.iterdir())
+    return any(st.st_size > 0 for _, st in segment_log_stats(directory).values())
 
 
 def check_target(logdir: Path, spec: WorkloadSpec) -> None:
