@@ -30,7 +30,7 @@ from cleanerd.storage.checkpoints import (
 from cleanerd.storage.errors import CorruptIndexError, StorageError
 from cleanerd.storage.files import SWAP_SUFFIX
 from cleanerd.storage.index import OffsetIndex
-from cleanerd.storage.logdir import parse_partition_dir_name
+from cleanerd.storage.logdir import partition_of
 from cleanerd.storage.producer_state import (
     ProducerSnapshot,
     SegmentFold,
@@ -56,14 +56,7 @@ class ReadOnlyLog:
 
     def __init__(self, directory: Path, config: LogConfig | None = None) -> None:
         self.directory = Path(directory)
-        if not self.directory.is_dir():
-            raise StorageError(f"partition directory {self.directory} does not exist")
-        tp = parse_partition_dir_name(self.directory.name)
-        if tp is None:
-            raise StorageError(
-                f"{self.directory} is not a partition directory (expected <topic>-<partition>)"
-            )
-        self.topic_partition: TopicPartition = tp
+        self.topic_partition: TopicPartition = partition_of(self.directory)
         self.config = config or LogConfig()
         self.skipped_indexes: list[str] = []
         self._producers: ProducerSnapshot | None = None

@@ -42,6 +42,7 @@ __all__ = [
     "LogDir",
     "TopicPartition",
     "parse_partition_dir_name",
+    "partition_of",
     "validate_topic_name",
 ]
 
@@ -81,6 +82,18 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     if number > MAX_PARTITION:
         return None
     return TopicPartition(topic, number)
+
+
+def partition_of(directory: Path) -> TopicPartition:
+    """The partition a dir holds; StorageError naming it when it is not a live partition dir."""
+    if not directory.is_dir():
+        raise StorageError(f"partition directory {directory} does not exist")
+    tp = parse_partition_dir_name(directory.name)
+    if tp is None:
+        raise StorageError(
+            f"{directory} is not a partition directory (expected <topic>-<partition>)"
+        )
+    return tp
 
 
 def _lock_holder_pid(fd: int) -> int | None:

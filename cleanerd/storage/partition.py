@@ -27,7 +27,7 @@ from cleanerd.storage.checkpoints import (
 )
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.leader_epoch import LeaderEpochCache
-from cleanerd.storage.logdir import parse_partition_dir_name
+from cleanerd.storage.logdir import partition_of
 from cleanerd.storage.producer_state import (
     ProducerSnapshot,
     ProducerState,
@@ -71,14 +71,7 @@ class PartitionLog(Appender):
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self.directory = Path(directory)
-        if not self.directory.is_dir():
-            raise StorageError(f"partition directory {self.directory} does not exist")
-        tp = parse_partition_dir_name(self.directory.name)
-        if tp is None:
-            raise StorageError(
-                f"{self.directory} is not a partition directory (expected <topic>-<partition>)"
-            )
-        self.topic_partition: TopicPartition = tp
+        self.topic_partition: TopicPartition = partition_of(self.directory)
         self.config = config or LogConfig()
         self.clock = clock
         self.report = LoadReport()
