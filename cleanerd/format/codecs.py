@@ -329,6 +329,32 @@ def decompressor(
     return functools.partial(decompress, codec, limit=bound)
 
 
+def one_call_decompressor(
+    codec: Compression, limit: int
+) -> tuple[Callable[[bytes | memoryview], bytes], int]:
+    """``(decode, max_len)``: the codec library's own one-call decoder, for payloads shorter than
+    ``max_len``, which the codec's maximum ratio keeps within ``limit`` whatever they hold. For
+    loops over many small batches: they skip the bounded path's Python call (``decompressor``
+    for the rest). ``max_len`` is 0 for snappy, whose declared lengths are always checked."""
+    if codec == Compression.LZ4:
+        lz4_frame: Callable[[bytes | memoryview], bytes] = lz4.frame.decompress
+        return lz4_frame, limit // _LZ4_RATIO
+    if codec == Compression.GZIP:
+        return gzip.decompress, limit // _DEFLATE_RATIO
+    if codec == Compression.ZSTD:
+        zd = zstandard.ZstdDecompressor()
+
+        def zstd(data: bytes | memoryview) -> bytes:
+            dobj = zd.decompressobj()
+            out: bytes = dobj.decompress(data)
+            if not dobj.eof:
+                raise EOFError("zstd payload is truncated (frame not finished)")
+            return out
+
+        return zstd, limit // _ZSTD_RATIO
+    return decompressor(codec, limit), 0
+
+
 def decompress(codec: Compression, data: bytes | memoryview, limit: int | None = None) -> bytes:
     """Decompress a batch payload within ``limit`` bytes (``decompression_limit()`` by default);
     raises CorruptRecordError (without a position) on bad data, ``DecompressedTooLargeError``

@@ -25,6 +25,7 @@ from cleanerd.format.codecs import (
     decompress,
     decompression_limit,
     decompressor,
+    one_call_decompressor,
 )
 from cleanerd.format.errors import CorruptRecordError
 from cleanerd.format.header import ATTR_CODEC_MASK
@@ -33,6 +34,7 @@ from cleanerd.format.scan import I64, U8
 __all__ = ["CHUNK_PAYLOADS_FACTOR", "REUSED_BUFFER_MAX", "Payloads", "batch_payload", "lay_out"]
 
 _CODECS = tuple(Compression)
+_Decode = Callable[[bytes | memoryview], bytes]
 _local = threading.local()
 REUSED_BUFFER_MAX = 64 << 20
 """With ``reuse``, the buffer a thread keeps for the next call is at most this large."""
@@ -92,7 +94,7 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False) -> Payloads:
     out_ends = np.empty(n, dtype=np.int64)
     limit = decompression_limit()
     cap = CHUNK_PAYLOADS_FACTOR * limit
-    fns: dict[int, Callable[[bytes | memoryview], bytes]] = {}
+    fns: dict[int, tuple[_Decode, int, _Decode]] = {}  # codec -> (one call, below, bounded)
     buf = _buffer(min(int((ends - starts).sum()) * _EXPANSION, cap), reuse)
     dst = buf.data
     q = 0
@@ -114,8 +116,11 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False) -> Payloads:
             else:
                 fn = fns.get(c)
                 if fn is None:
-                    fn = fns[c] = decompressor(_CODECS[c], limit)
-                part = fn(mv[lo:hi])
+                    fn = fns[c] = (
+                        *one_call_decompressor(_CODECS[c], limit),
+                        decompressor(_CODECS[c], limit),
+                    )
+                part = fn[0](mv[lo:hi]) if hi - lo < fn[1] else fn[2](mv[lo:hi])
             size = len(part)
             if q + size > buf.shape[0]:
                 if q + size > cap:
