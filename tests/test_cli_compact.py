@@ -73,7 +73,9 @@ def make_log(tmp_path: Path, name: str = "logs", **spec: Any) -> Path:
     return logdir
 
 
-def survivors_of(logdir: Path, strategy: str = "offset", header: str | None = None) -> dict:
+def survivors_of(
+    logdir: Path, strategy: str = "offset", header: str | None = None
+) -> dict[bytes, int]:
     log = PartitionLog(logdir / "demo-0")
     try:
         want = expected_survivors(log.read(), strategy=strategy, version_header=header)
@@ -164,7 +166,7 @@ def test_timestamp_and_header_strategies(
     range holding the newer-offset losers is cleaned, or a loser would come back."""
     logdir = make_log(tmp_path, **extra)
     want = survivors_of(logdir, strategy, header)
-    args = ["--strategy", strategy, "--delete-retention-ms", "0", "--now", NOW]
+    args: list[str | int] = ["--strategy", strategy, "--delete-retention-ms", "0", "--now", NOW]
     args += ["--dedupe-buffer-bytes", map_bytes, "--format", "json"]
     if header:
         args += ["--strategy-header", header]
@@ -184,7 +186,8 @@ def test_kafka_fixtures_compact_to_their_expected_survivors(
     log = PartitionLog(directory)
     log.roll()
     log.close()
-    args = ["--now", NOW, "--delete-retention-ms", "0", "--dedupe-buffer-bytes", "2000"]
+    args: list[str | int] = ["--now", NOW, "--delete-retention-ms", "0"]
+    args += ["--dedupe-buffer-bytes", "2000"]
     (summary,) = compact_json(directory, *args)
     want = {k.encode(): v["offset"] for k, v in expected["keys"].items() if not v["tombstone"]}
     assert len(want) == expected["expected_survivors_drop_tombstones"]
@@ -234,7 +237,7 @@ def test_text_output(tmp_path: Path) -> None:
 def test_dry_run_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
     logdir = make_log(tmp_path, partitions=2)
     before = tree_hash(logdir)
-    args = ["--now", NOW, "--delete-retention-ms", "0", "--format", "json"]
+    args: list[str | int] = ["--now", NOW, "--delete-retention-ms", "0", "--format", "json"]
     dry = json_lines(ok("compact", logdir, *args, "--dry-run"))
     assert tree_hash(logdir) == before
     assert all(line["dry_run"] for line in dry)
@@ -243,7 +246,8 @@ def test_dry_run_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
     assert tree_hash(logdir) == before
     real = json_lines(ok("compact", logdir, *args))
     assert tree_hash(logdir) != before
-    counts = ("records_in", "records_out", "bytes_in", "bytes_out", "tombstones_removed")
+    counts: tuple[str, ...] = ("records_in", "records_out", "bytes_in", "bytes_out")
+    counts += ("tombstones_removed",)
     counts += ("markers_removed", "aborted_records_removed", "passes", "checkpoint")
     for d, r in zip(dry, real, strict=True):
         assert {c: d[c] for c in counts} == {c: r[c] for c in counts}

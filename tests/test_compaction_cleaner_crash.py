@@ -77,14 +77,14 @@ def _arm_rename(n: int) -> Callable[[Callable[[], None]], None]:
                 kill()
             real(*args, **kwargs)
 
-        os.replace = replace  # type: ignore[assignment]
+        os.replace = replace
 
     return arm
 
 
 def _arm_chunk(n: int) -> Callable[[Callable[[], None]], None]:
     def arm(kill: Callable[[], None]) -> None:
-        real = Cleaner.clean
+        real: Callable[..., Any] = Cleaner.clean
         calls = [0]
 
         def check() -> bool:

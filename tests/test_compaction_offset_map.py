@@ -223,9 +223,9 @@ def _arrays(
 ) -> tuple[list[tuple[int, int, int, bool]], Any, Any, Any, Any]:
     recs = []
     off = 0
-    for key, gap, ver, has in raw:
+    for key, gap, ver, has_version in raw:
         off += gap
-        recs.append((key, off, ver, has or config.strategy is Strategy.TIMESTAMP))
+        recs.append((key, off, ver, has_version or config.strategy is Strategy.TIMESTAMP))
     h = hashes_of([b"key-%d" % r[0] for r in recs])
     offs = np.array([r[1] for r in recs], dtype=np.int64)
     vers = np.array([r[2] for r in recs], dtype=np.int64)

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cleanerd.compaction.plan import (
-    LONG_MAX,
     CleaningPlan,
     LogMeta,
     SegmentMeta,
@@ -30,6 +29,7 @@ from cleanerd.compaction.topic_config import (
     TopicCleanerConfig,
     parse_cleanup_policy,
 )
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 from cleanerd.compaction.one_shot import compact_directory
 from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog, wall_clock_ms
 from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig
+from tests.e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 pytest.importorskip("pyspark", reason="the spark extra is part of the test install")
 

@@ -134,4 +134,5 @@ def test_no_test_sets_a_hypothesis_deadline() -> None:
 
 
 def test_mypy_strict_clean() -> None:
-    _assert_tool_passes("mypy")
+    """The package, the tests and the benchmarks: pyproject.toml's ``[tool.mypy]`` (strict)."""
+    _assert_tool_passes("mypy", "cleanerd", "tests", "bench")

@@ -40,7 +40,9 @@ def expected_state(writer: Writer, strategy: str) -> dict[bytes, tuple[bytes | N
     }
 
 
-def loaded(log: PartitionLog, strategy: StrategyConfig, budget: int) -> dict[bytes, tuple]:
+def loaded(
+    log: PartitionLog, strategy: StrategyConfig, budget: int
+) -> dict[bytes, tuple[bytes | None, int]]:
     warnings: list[str] = []
     records: list[Record] = list(
         load_state(log, strategy, budget_bytes=budget, warn=warnings.append)
