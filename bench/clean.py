@@ -68,14 +68,13 @@ from cleanerd.compaction.cleaner import Cleaner  # noqa: E402
 from cleanerd.compaction.engine import clean_once, plan_log  # noqa: E402
 from cleanerd.compaction.offset_map import OffsetMap, slot_bytes  # noqa: E402
 from cleanerd.compaction.strategy import StrategyConfig  # noqa: E402
-from cleanerd.compaction.topic_config import TopicCleanerConfig  # noqa: E402
 from cleanerd.format import kernels as k  # noqa: E402
 from cleanerd.format.builder import build_batch  # noqa: E402
 from cleanerd.format.codecs import Compression  # noqa: E402
 from cleanerd.format.reader import index_batches, scan_batches  # noqa: E402
 from cleanerd.format.records import Record  # noqa: E402
-from cleanerd.storage.log_config import LogConfig  # noqa: E402
 from cleanerd.storage.partition import PartitionLog  # noqa: E402
+from cleanerd.topic_model import LogConfig, TopicCleanerConfig  # noqa: E402
 
 PARTITION_VERSION = 1  # bump when the partition layout changes, so old caches are not reused
 PARTITION = "bench-0"

@@ -48,9 +48,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from cleanerd.compaction.offset_map import OffsetMap  # noqa: PLC0415
     from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint, plan  # noqa: PLC0415
     from cleanerd.compaction.strategy import StrategyConfig  # noqa: PLC0415
-    from cleanerd.compaction.topic_config import TopicCleanerConfig  # noqa: PLC0415
-    from cleanerd.storage.log_config import LogConfig  # noqa: PLC0415
     from cleanerd.storage.partition import PartitionLog  # noqa: PLC0415
+    from cleanerd.topic_model import LogConfig, TopicCleanerConfig  # noqa: PLC0415
 
     if not cleanerd.__file__ or not cleanerd.__file__.startswith(spec["tree"]):
         raise SystemExit(f"imported {cleanerd.__file__}, not the tree {spec['tree']}")

@@ -286,9 +286,8 @@ def _copy(logdir: Path, work: Path, name: str) -> Path:
 
 def _jobs(logdir: Path) -> list[Any]:
     from cleanerd.compaction.strategy import StrategyConfig  # noqa: PLC0415
-    from cleanerd.compaction.topic_config import TopicCleanerConfig  # noqa: PLC0415
     from cleanerd.spark.compact import PartitionJob  # noqa: PLC0415
-    from cleanerd.storage.log_config import LogConfig  # noqa: PLC0415
+    from cleanerd.topic_model import LogConfig, TopicCleanerConfig  # noqa: PLC0415
 
     cleaner = dataclasses.replace(TopicCleanerConfig(), delete_retention_ms=0)
     return [

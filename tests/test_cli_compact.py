@@ -28,10 +28,10 @@ from cleanerd.compaction.one_shot import compact_partition
 from cleanerd.compaction.plan import cleaner_checkpoint
 from cleanerd.compaction.strategy import StrategyConfig
 from cleanerd.compaction.summary import CompactionProgress
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format import kernels as k
 from cleanerd.inspect.verify import verify_path
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 
 NOW = 1_800_000_000_000

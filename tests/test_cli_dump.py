@@ -29,10 +29,10 @@ from cleanerd.format.reader import scan_batches
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import write_offset_checkpoint, write_partition_metadata
 from cleanerd.storage.index import OffsetIndex, TimeIndex
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
+from cleanerd.topic_model import LogConfig
 
 CONFIG = LogConfig(segment_bytes=1200, index_interval_bytes=200)
 NOW = 1_700_000_000_000

@@ -25,9 +25,9 @@ from click.testing import CliRunner
 from cleanerd.cli import cli
 from cleanerd.cli.errors import os_error_line
 from cleanerd.format.records import Record
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import LogConfig
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534

@@ -27,10 +27,10 @@ from cleanerd.format.records import Record
 from cleanerd.inspect import segment_checks
 from cleanerd.storage.checkpoints import write_offset_checkpoint, write_partition_metadata
 from cleanerd.storage.index import OffsetIndex, TimeIndex
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
+from cleanerd.topic_model import LogConfig
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=150)
 NOW = 1_700_000_000_000

@@ -25,7 +25,6 @@ from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
 from cleanerd.compaction.plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.compaction.strategy import StrategyConfig
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.compaction.transactions import NEVER_EXPIRE
 from cleanerd.format import kernels as k
 from cleanerd.format.builder import build_batch
@@ -33,9 +32,9 @@ from cleanerd.format.reader import RecordBatch, scan_batches
 from cleanerd.format.records import Record
 from cleanerd.inspect.verify import verify_partition
 from cleanerd.storage.files import LOG_SUFFIX, segment_file
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.txnindex import AbortedTxn
+from cleanerd.topic_model import LogConfig, TopicCleanerConfig
 
 DAY = 86_400_000  # delete.retention.ms default
 LARGE_TS = 2**63 - 1 - DAY - 1  # Kafka's largeTimestamp

@@ -35,9 +35,9 @@ from cleanerd.storage.checkpoints import (
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import LogConfig
 from tests.test_compaction_cleaner import (
     DAY,
     LARGE_TS,

@@ -24,8 +24,8 @@ from cleanerd.format.builder import build_batch, build_end_txn_marker
 from cleanerd.format.codecs import Compression
 from cleanerd.format.records import Header, Record
 from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import LogConfig
 from tests.compaction_model import ModelRecord, survivors
 from tests.test_compaction_cleaner import (
     DAY,

@@ -24,11 +24,6 @@ from cleanerd.compaction.plan import (
     rank,
     segments_between,
 )
-from cleanerd.compaction.topic_config import (
-    InvalidTopicConfigError,
-    TopicCleanerConfig,
-    parse_cleanup_policy,
-)
 from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import (
@@ -37,9 +32,10 @@ from cleanerd.storage.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     write_offset_checkpoint,
 )
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_catalog import InvalidTopicConfigError, parse_cleanup_policy
+from cleanerd.topic_model import LogConfig, TopicCleanerConfig
 
 TP = TopicPartition("t", 0)
 HOUR = 60 * 60 * 1000

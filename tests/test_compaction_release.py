@@ -14,8 +14,8 @@ from cleanerd.format.builder import build_batch
 from cleanerd.format.records import Record
 from cleanerd.storage import chunks as chunks_mod
 from cleanerd.storage.chunks import iter_chunks, release
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import LogConfig
 
 PAGE = mmap.PAGESIZE
 

@@ -14,11 +14,10 @@ from cleanerd.compaction.engine import plan_log
 from cleanerd.compaction.offset_map import OffsetMap
 from cleanerd.compaction.stats import CleanerStats, PreCleanStats
 from cleanerd.compaction.strategy import StrategyConfig
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.records import Record
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import LogConfig, TopicCleanerConfig
 
 MB = 1024 * 1024  # Kafka's MB in its log message
 

@@ -8,7 +8,6 @@ import pytest
 from pydantic import ValidationError
 
 from cleanerd.compaction.strategy import Strategy
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.config import (
     RESTART_SETTINGS,
     CleanerdConfig,
@@ -26,6 +25,7 @@ from cleanerd.config_sources import (
     parse_properties,
 )
 from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS
+from cleanerd.topic_model import TopicSettings
 
 MIB = 1 << 20
 

@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 
 from cleanerd.compaction.one_shot import compact_directory
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog, wall_clock_ms
-from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig
+from cleanerd.topic_model import LogConfig, StrategyConfig, TopicCleanerConfig
 from tests.e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 pytest.importorskip("pyspark", reason="the spark extra is part of the test install")

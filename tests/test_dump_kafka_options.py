@@ -20,9 +20,9 @@ from click.testing import CliRunner, Result
 from cleanerd.cli.dump import dump
 from cleanerd.format.builder import build_batch
 from cleanerd.format.records import Record
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.producer_snapshot import SnapshotEntry, encode, read_snapshot
+from cleanerd.topic_model import LogConfig
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=100_000, index_interval_bytes=1)  # an index entry per batch

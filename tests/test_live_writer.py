@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from cleanerd.compaction.one_shot import compact_directory
-from cleanerd.compaction.topic_settings import TopicSettings
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, write_offset_checkpoint
 from cleanerd.storage.files import LOG_SUFFIX
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import TopicSettings
 from cleanerd.workload.check import PartitionModel, check_model, check_survivors, load_model
 from cleanerd.workload.live import LiveWriter
 from tests.e2e_support import REPO, poll_until

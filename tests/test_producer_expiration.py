@@ -15,8 +15,6 @@ import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
-from cleanerd.compaction.topic_config import InvalidTopicConfigError, TopicCleanerConfig
-from cleanerd.compaction.topic_settings import KNOWN_SETTINGS, TopicSettings
 from cleanerd.compaction.transactions import (
     NEVER_EXPIRE,
     is_producer_expired,
@@ -25,6 +23,8 @@ from cleanerd.compaction.transactions import (
 from cleanerd.config import ConfigError, load_config
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.producer_state import ProducerEntry
+from cleanerd.topic_catalog import InvalidTopicConfigError
+from cleanerd.topic_model import KNOWN_SETTINGS, TopicCleanerConfig, TopicSettings
 from tests.test_compaction_cleaner import (
     batches_of,
     clean,

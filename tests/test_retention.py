@@ -18,12 +18,11 @@ from cleanerd.storage.checkpoints import (
     write_offset_checkpoint,
 )
 from cleanerd.storage.files import DELETED_SUFFIX, SNAPSHOT_SUFFIX, segment_file
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.retention import RetentionResult, delete_old_segments
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import RetentionConfig
+from cleanerd.topic_model import LogConfig, RetentionConfig
 
 TP = TopicPartition("t", 0)
 NO_LIMIT = RetentionConfig(retention_ms=-1, retention_bytes=-1)

@@ -21,10 +21,10 @@ from click.testing import CliRunner, Result
 from cleanerd.cli import cli
 from cleanerd.compaction.bounds import Bound, as_rolled
 from cleanerd.compaction.plan import LogMeta, plan
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.records import Record
 from cleanerd.inspect.verify import verify_path
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import TopicCleanerConfig
 
 NAME = "small-gzip-hdr-tomb-0"
 NOW = 1_800_000_000_000

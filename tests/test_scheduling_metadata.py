@@ -18,9 +18,9 @@ from cleanerd.storage.checkpoints import (
     REPLICATION_OFFSET_CHECKPOINT,
     write_offset_checkpoint,
 )
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import LogConfig
 
 TP = TopicPartition("t", 0)
 T0 = 1_700_000_000_000

@@ -17,10 +17,9 @@ from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot, load_state
 from cleanerd.snapshot.retention import apply_retention, truncate_log
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.snapshot_files import list_snapshots
-from cleanerd.topic_model import Strategy, StrategyConfig
+from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig
 from tests.compaction_model import winners
 from tests.test_compaction_cleaner import DAY, clean_until_done, compacted_config
 from tests.test_compaction_cleaner_model import NOW, VERSION_HEADER, Writer, append_st, op_st

@@ -26,13 +26,12 @@ from hypothesis import strategies as st
 from cleanerd.cli import cli
 from cleanerd.compaction.one_shot import compact_directory
 from cleanerd.compaction.strategy import Strategy, StrategyConfig
-from cleanerd.compaction.topic_config import TopicCleanerConfig
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot
 from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
 from cleanerd.spark.plan_b import BEFORE_WRITE_CONF, SMALL_PASS_CONF
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import LogConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
 from tests import spark_hooks
 

@@ -19,10 +19,10 @@ from cleanerd.storage.checkpoints import (
     write_offset_checkpoint,
 )
 from cleanerd.storage.errors import StorageError
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.topic_model import LogConfig
 
 
 def _rec(i: int, ts: int | None = None, value: bytes | None = b"value") -> Record:

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from cleanerd.format.records import Record
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.repairs import Repairs
+from cleanerd.topic_model import LogConfig
 
 CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=64)
 

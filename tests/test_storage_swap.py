@@ -14,9 +14,9 @@ from cleanerd.format.records import Record
 from cleanerd.storage import swap
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.files import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
+from cleanerd.topic_model import LogConfig
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
 KEYS = 5

@@ -28,8 +28,8 @@ from cleanerd.compaction.cleaner import Cleaner
 from cleanerd.format.builder import build_end_txn_marker
 from cleanerd.format.records import Record
 from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
+from cleanerd.topic_model import LogConfig
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 from tests.compaction_model import ModelRecord, survivors
 from tests.test_compaction_cleaner import (

@@ -13,10 +13,10 @@ import pytest
 
 from cleanerd.format.records import Record
 from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.log_config import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 from cleanerd.storage.writer_lock import PartitionWriterLock
+from cleanerd.topic_model import LogConfig
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 60  # only against hangs
@@ -55,8 +55,8 @@ COMPACT = """
 import sys
 from cleanerd.compaction.one_shot import compact_partition
 from cleanerd.compaction.strategy import StrategyConfig
-from cleanerd.compaction.topic_config import TopicCleanerConfig
-from cleanerd.storage.log_config import LogConfig
+from cleanerd.topic_model import TopicCleanerConfig
+from cleanerd.topic_model import LogConfig
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.segment import LogSegment
 log = PartitionLog(sys.argv[1], LogConfig(segment_bytes=int(sys.argv[2])))
