@@ -226,6 +226,7 @@ offset_maps = st.dictionaries(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(entries=offset_maps)
 def test_offset_round_trip_property(tmp_path: Path, entries: dict[TP, int]) -> None:

@@ -113,6 +113,7 @@ def tree_hash(path: Path) -> dict[str, str]:
 
 
 # --- the result --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_offset_strategy_keeps_exactly_the_expected_survivors(tmp_path: Path) -> None:
     logdir = tmp_path / "logs"
     expected_file = tmp_path / "expected.json"
@@ -142,6 +143,7 @@ def test_offset_strategy_keeps_exactly_the_expected_survivors(tmp_path: Path) ->
     assert ok("verify", logdir).exit_code == 0
 
 
+@pytest.mark.slow
 def test_a_tiny_map_takes_several_passes_to_the_same_result(tmp_path: Path) -> None:
     big = make_log(tmp_path, "big")
     small = make_log(tmp_path, "small")
@@ -154,6 +156,7 @@ def test_a_tiny_map_takes_several_passes_to_the_same_result(tmp_path: Path) -> N
     assert verify_path(small).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("strategy", "extra", "header"),
     [("timestamp", {"timestamps": "shuffled"}, None), ("header", {"version_header": "v"}, "v")],
@@ -176,6 +179,7 @@ def test_timestamp_and_header_strategies(
     assert verify_path(logdir).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["small-gzip-hdr-tomb-0", "multiseg-snappy-0"])
 def test_kafka_fixtures_compact_to_their_expected_survivors(
     kafka_fixtures: Path, tmp_path: Path, name: str
@@ -234,6 +238,7 @@ def test_text_output(tmp_path: Path) -> None:
     assert not re.search(r"\d ?(kB|MB|GB)\b", out)
 
 
+@pytest.mark.slow
 def test_dry_run_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
     logdir = make_log(tmp_path, partitions=2)
     before = tree_hash(logdir)
@@ -331,6 +336,7 @@ def test_config_file_selects_compacted_topics(tmp_path: Path) -> None:
     assert named["records_out"] < named["records_in"]
 
 
+@pytest.mark.slow
 def test_command_line_options_beat_the_config(tmp_path: Path) -> None:
     config = tmp_path / "cleanerd.toml"
     config.write_text('log.cleanup.policy = "compact"\n[topics."demo"]\ndelete.retention.ms = 0\n')
@@ -462,6 +468,7 @@ def test_compact_partition_api_progress_and_dry_run(tmp_path: Path) -> None:
     assert summary.io_bytes >= seen[-1].io_bytes > 0
 
 
+@pytest.mark.slow
 def test_real_process(tmp_path: Path) -> None:
     logdir = make_log(tmp_path)
     want = survivors_of(logdir)

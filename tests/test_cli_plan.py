@@ -288,6 +288,7 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert run("plan", logdir, "--partition", "7").exit_code == 2
 
 
+@pytest.mark.slow
 def test_real_process(tmp_path: Path) -> None:
     logdir = make_logs(tmp_path)
     before = tree_hash(logdir)

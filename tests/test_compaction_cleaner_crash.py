@@ -113,6 +113,7 @@ def _expected_after_clean(tmp_path: Path) -> dict[int, tuple[bytes | None, bytes
     return _contents(log)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rename", "chunk"])
 def test_recovery_after_crash(tmp_path: Path, kind: str) -> None:
     cleaned = _expected_after_clean(tmp_path)

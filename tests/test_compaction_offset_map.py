@@ -233,6 +233,7 @@ def _arrays(
     return recs, h, offs, vers, has
 
 
+@pytest.mark.slow
 @FUZZ
 @given(RECORDS, CONFIGS, st.booleans())
 def test_strategy_matches_model(
@@ -263,6 +264,7 @@ def test_strategy_matches_model(
     assert retained.tolist() == [expected[r[0]][0] == r[1] for r in recs]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(RECORDS, CONFIGS, st.integers(2, 6))
 def test_tiny_map_passes_cover_everything(

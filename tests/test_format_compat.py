@@ -292,6 +292,7 @@ def cleanerd_batches(draw: st.DrawFn) -> bytes:
     return b"".join(out)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=cleanerd_batches())
 def test_cleanerd_random_batches_read_in_kafka_python(data: bytes) -> None:
@@ -420,6 +421,7 @@ def kp_records(draw: st.DrawFn) -> list[RecordTuple]:
     return out
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     records=kp_records(),

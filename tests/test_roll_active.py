@@ -66,6 +66,7 @@ def survivors(expected: dict[str, Any]) -> dict[bytes, int]:
     return {k.encode(): v["offset"] for k, v in expected["keys"].items() if not v["tombstone"]}
 
 
+@pytest.mark.slow
 def test_roll_active_compacts_a_single_segment_fixture_whole(
     kafka_fixtures: Path, tmp_path: Path
 ) -> None:
