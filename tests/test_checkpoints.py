@@ -284,6 +284,7 @@ def test_leader_epoch_errors(tmp_path: Path, content: bytes, line: int, reason: 
     assert reason in str(info.value)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     entries=st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1)))

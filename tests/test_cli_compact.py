@@ -356,6 +356,7 @@ def test_command_line_options_beat_the_config(tmp_path: Path) -> None:
     assert line["records_out"] == default["records_out"]
 
 
+@pytest.mark.slow
 def test_environment_is_honoured_without_a_config_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -369,6 +370,7 @@ def test_environment_is_honoured_without_a_config_file(
     assert "(env CLEANERD_LOG_CLEANER_DELETE_RETENTION_MS)" in result.stderr
 
 
+@pytest.mark.slow
 def test_topic_and_partition_filters(tmp_path: Path) -> None:
     logdir = make_log(tmp_path, partitions=3)
     lines = compact_json(logdir, "--partition", "1", "--now", NOW)
@@ -443,6 +445,7 @@ def test_min_compaction_lag_leaves_young_segments(tmp_path: Path) -> None:
 
 
 # --- the driver --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_compact_partition_api_progress_and_dry_run(tmp_path: Path) -> None:
     logdir = make_log(tmp_path)
     seen: list[CompactionProgress] = []
@@ -485,6 +488,7 @@ def test_real_process(tmp_path: Path) -> None:
     assert "cleanerd compact" in text.stdout
 
 
+@pytest.mark.slow
 def test_table_reports_compile_time_apart(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

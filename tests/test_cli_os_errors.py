@@ -180,6 +180,7 @@ def test_a_partition_dir_whose_files_cannot_be_reached(
     assert err.endswith(": Permission denied\n"), err
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_output_is_one_line(workdir: Path) -> None:
     logdir = _log_dir(workdir)
     with open("/dev/full", "w") as full:

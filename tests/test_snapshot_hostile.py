@@ -271,6 +271,7 @@ def _left_in(dest: Path) -> list[str]:
     return sorted(p.name for p in dest.iterdir()) if dest.exists() else []
 
 
+@pytest.mark.slow
 def test_fetch_refuses_a_snapshot_with_a_batch_cut_out(logdir: Path, tmp_path: Path) -> None:
     cut_batch(_snapshot(logdir), 2)
     dest = tmp_path / "got"
