@@ -406,7 +406,7 @@ def measure_codec(args: argparse.Namespace, codec: str) -> dict[str, Any]:
     delta = max(r["peak_rss_kib"] - r["baseline_rss_kib"] for r in runs) * 1024
 
     def over_baseline(name: str) -> float:
-        return round(max(r[name] - r["baseline_rss_kib"] for r in runs) / 1024, 1)
+        return round(float(max(r[name] - r["baseline_rss_kib"] for r in runs)) / 1024, 1)
 
     budget = args.map_mib * MIB
     first = runs[0]

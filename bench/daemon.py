@@ -144,7 +144,10 @@ def ranking(log_dir: Path, repeat: int, grabs: int = 10) -> dict[str, Any]:
 
 def idle(work: Path, log_dir: Path, backoff_s: float, seconds: float) -> dict[str, Any]:
     window = max(1, round(seconds / backoff_s + 0.499)) * backoff_s
-    settings = {"log.cleaner.threads": 1, "log.cleaner.backoff.ms": int(backoff_s * 1000)}
+    settings: dict[str, object] = {
+        "log.cleaner.threads": 1,
+        "log.cleaner.backoff.ms": int(backoff_s * 1000),
+    }
     with Daemon(work, log_dir, settings) as d:
         d.wait_ready()
         time.sleep(min(2.0, backoff_s / 2))  # past the cycle that follows READY at once
@@ -179,7 +182,7 @@ def throughput_run(work: Path, tpl: Path, warm: Path, workers: int) -> dict[str,
     shutil.copytree(warm, logs)
     shutil.copytree(tpl, stage)
     names = sorted(p.name for p in stage.iterdir() if p.is_dir())
-    settings = {
+    settings: dict[str, object] = {
         "log.cleaner.threads": workers,
         "log.cleaner.backoff.ms": 100,
         "log.cleaner.min.cleanable.ratio": 0.01,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fnmatch
+import inspect
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,3 +89,49 @@ def spark() -> Iterator[Any]:
     session = build_session("local[2]", app_name="cleanerd-tests")
     yield session
     session.stop()
+
+
+# Markers applied from where a test lives and what it uses, so a new test in these files, or one
+# taking these fixtures, is marked without remembering to. ``slow`` is written on each slow test.
+_FILE_MARKERS = {
+    "test_spark_*.py": ("spark",),  # a SparkSession or spark-submit
+    "test_daemon_spark.py": ("spark",),
+    "test_daemon_*.py": ("e2e",),  # a real daemon process
+    "test_container.py": ("container",),  # buildah builds and runs the image
+    "test_packaging.py": ("packaging",),  # sdist and wheel builds
+}
+_FIXTURE_MARKERS = {"spark": ("spark",)}
+# a test, or a fixture it takes, that constructs one of these starts a real daemon process
+_E2E_CALLS = ("DaemonProcess(",)
+
+
+def _source_calls(function: Callable[..., Any], cache: dict[Any, bool]) -> bool:
+    if function not in cache:
+        try:
+            source = inspect.getsource(function)
+        except (OSError, TypeError):
+            source = ""
+        cache[function] = any(call in source for call in _E2E_CALLS)
+    return cache[function]
+
+
+def _starts_a_daemon(item: pytest.Function, cache: dict[Any, bool]) -> bool:
+    if _source_calls(item.function, cache):
+        return True
+    fixtures = item._fixtureinfo.name2fixturedefs
+    return any(_source_calls(d.func, cache) for defs in fixtures.values() for d in defs)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    cache: dict[Any, bool] = {}
+    for item in items:
+        names: set[str] = set()
+        for pattern, markers in _FILE_MARKERS.items():
+            if fnmatch.fnmatch(item.path.name, pattern):
+                names.update(markers)
+        for fixture in getattr(item, "fixturenames", ()):
+            names.update(_FIXTURE_MARKERS.get(fixture, ()))
+        if isinstance(item, pytest.Function) and _starts_a_daemon(item, cache):
+            names.add("e2e")
+        for name in sorted(names - {m.name for m in item.iter_markers()}):
+            item.add_marker(name)

@@ -226,6 +226,7 @@ offset_maps = st.dictionaries(
 )
 
 
+@pytest.mark.slow
 @FUZZ
 @given(entries=offset_maps)
 def test_offset_round_trip_property(tmp_path: Path, entries: dict[TP, int]) -> None:
@@ -283,6 +284,7 @@ def test_leader_epoch_errors(tmp_path: Path, content: bytes, line: int, reason: 
     assert reason in str(info.value)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(
     entries=st.lists(st.tuples(st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1)))

@@ -91,6 +91,7 @@ def files(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
+@pytest.mark.slow
 def test_compact_of_a_log_dir_goes_on_past_a_partition_it_cannot_read(
     workdir: Path, run_denied: Run
 ) -> None:
@@ -111,6 +112,7 @@ def test_compact_of_a_log_dir_goes_on_past_a_partition_it_cannot_read(
     assert len(list(other.glob("*.log"))) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["compact", "dump"])
 def test_a_partition_dir_named_that_cannot_be_read_is_not_a_usage_error(
     workdir: Path, run_denied: Run, command: str

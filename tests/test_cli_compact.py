@@ -72,7 +72,9 @@ def make_log(tmp_path: Path, name: str = "logs", **spec: Any) -> Path:
     return logdir
 
 
-def survivors_of(logdir: Path, strategy: str = "offset", header: str | None = None) -> dict:
+def survivors_of(
+    logdir: Path, strategy: str = "offset", header: str | None = None
+) -> dict[bytes, int]:
     log = PartitionLog(logdir / "demo-0")
     try:
         want = expected_survivors(log.read(), strategy=strategy, version_header=header)
@@ -110,6 +112,7 @@ def tree_hash(path: Path) -> dict[str, str]:
 
 
 # --- the result --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_offset_strategy_keeps_exactly_the_expected_survivors(tmp_path: Path) -> None:
     logdir = tmp_path / "logs"
     expected_file = tmp_path / "expected.json"
@@ -139,6 +142,7 @@ def test_offset_strategy_keeps_exactly_the_expected_survivors(tmp_path: Path) ->
     assert ok("verify", logdir).exit_code == 0
 
 
+@pytest.mark.slow
 def test_a_tiny_map_takes_several_passes_to_the_same_result(tmp_path: Path) -> None:
     big = make_log(tmp_path, "big")
     small = make_log(tmp_path, "small")
@@ -151,6 +155,7 @@ def test_a_tiny_map_takes_several_passes_to_the_same_result(tmp_path: Path) -> N
     assert verify_path(small).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("strategy", "extra", "header"),
     [("timestamp", {"timestamps": "shuffled"}, None), ("header", {"version_header": "v"}, "v")],
@@ -163,7 +168,7 @@ def test_timestamp_and_header_strategies(
     range holding the newer-offset losers is cleaned, or a loser would come back."""
     logdir = make_log(tmp_path, **extra)
     want = survivors_of(logdir, strategy, header)
-    args = ["--strategy", strategy, "--delete-retention-ms", "0", "--now", NOW]
+    args: list[str | int] = ["--strategy", strategy, "--delete-retention-ms", "0", "--now", NOW]
     args += ["--dedupe-buffer-bytes", map_bytes, "--format", "json"]
     if header:
         args += ["--strategy-header", header]
@@ -173,6 +178,7 @@ def test_timestamp_and_header_strategies(
     assert verify_path(logdir).ok
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["small-gzip-hdr-tomb-0", "multiseg-snappy-0"])
 def test_kafka_fixtures_compact_to_their_expected_survivors(
     kafka_fixtures: Path, tmp_path: Path, name: str
@@ -183,7 +189,8 @@ def test_kafka_fixtures_compact_to_their_expected_survivors(
     log = PartitionLog(directory)
     log.roll()
     log.close()
-    args = ["--now", NOW, "--delete-retention-ms", "0", "--dedupe-buffer-bytes", "2000"]
+    args: list[str | int] = ["--now", NOW, "--delete-retention-ms", "0"]
+    args += ["--dedupe-buffer-bytes", "2000"]
     (summary,) = compact_json(directory, *args)
     want = {k.encode(): v["offset"] for k, v in expected["keys"].items() if not v["tombstone"]}
     assert len(want) == expected["expected_survivors_drop_tombstones"]
@@ -230,10 +237,11 @@ def test_text_output(tmp_path: Path) -> None:
     assert not re.search(r"\d ?(kB|MB|GB)\b", out)
 
 
+@pytest.mark.slow
 def test_dry_run_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
     logdir = make_log(tmp_path, partitions=2)
     before = tree_hash(logdir)
-    args = ["--now", NOW, "--delete-retention-ms", "0", "--format", "json"]
+    args: list[str | int] = ["--now", NOW, "--delete-retention-ms", "0", "--format", "json"]
     dry = json_lines(ok("compact", logdir, *args, "--dry-run"))
     assert tree_hash(logdir) == before
     assert all(line["dry_run"] for line in dry)
@@ -242,7 +250,8 @@ def test_dry_run_writes_nothing_and_reports_the_same(tmp_path: Path) -> None:
     assert tree_hash(logdir) == before
     real = json_lines(ok("compact", logdir, *args))
     assert tree_hash(logdir) != before
-    counts = ("records_in", "records_out", "bytes_in", "bytes_out", "tombstones_removed")
+    counts: tuple[str, ...] = ("records_in", "records_out", "bytes_in", "bytes_out")
+    counts += ("tombstones_removed",)
     counts += ("markers_removed", "aborted_records_removed", "passes", "checkpoint")
     for d, r in zip(dry, real, strict=True):
         assert {c: d[c] for c in counts} == {c: r[c] for c in counts}
@@ -326,6 +335,7 @@ def test_config_file_selects_compacted_topics(tmp_path: Path) -> None:
     assert named["records_out"] < named["records_in"]
 
 
+@pytest.mark.slow
 def test_command_line_options_beat_the_config(tmp_path: Path) -> None:
     config = tmp_path / "cleanerd.toml"
     config.write_text('log.cleanup.policy = "compact"\n[topics."demo"]\ndelete.retention.ms = 0\n')
@@ -345,6 +355,7 @@ def test_command_line_options_beat_the_config(tmp_path: Path) -> None:
     assert line["records_out"] == default["records_out"]
 
 
+@pytest.mark.slow
 def test_environment_is_honoured_without_a_config_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -358,6 +369,7 @@ def test_environment_is_honoured_without_a_config_file(
     assert "(env CLEANERD_LOG_CLEANER_DELETE_RETENTION_MS)" in result.stderr
 
 
+@pytest.mark.slow
 def test_topic_and_partition_filters(tmp_path: Path) -> None:
     logdir = make_log(tmp_path, partitions=3)
     lines = compact_json(logdir, "--partition", "1", "--now", NOW)
@@ -432,6 +444,7 @@ def test_min_compaction_lag_leaves_young_segments(tmp_path: Path) -> None:
 
 
 # --- the driver --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_compact_partition_api_progress_and_dry_run(tmp_path: Path) -> None:
     logdir = make_log(tmp_path)
     seen: list[CompactionProgress] = []
@@ -457,6 +470,7 @@ def test_compact_partition_api_progress_and_dry_run(tmp_path: Path) -> None:
     assert summary.io_bytes >= seen[-1].io_bytes > 0
 
 
+@pytest.mark.slow
 def test_real_process(tmp_path: Path) -> None:
     logdir = make_log(tmp_path)
     want = survivors_of(logdir)
@@ -473,6 +487,7 @@ def test_real_process(tmp_path: Path) -> None:
     assert "cleanerd compact" in text.stdout
 
 
+@pytest.mark.slow
 def test_table_reports_compile_time_apart(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

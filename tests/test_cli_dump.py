@@ -380,6 +380,7 @@ def test_matches_kafkas_dump(kafka_fixtures: Path) -> None:
         assert {key: mine[key] for key in kafka} == kafka
 
 
+@pytest.mark.slow
 def test_real_process(built: Built, tmp_path: Path) -> None:
     seg = segments(built.partition)[0]
     cmd = [sys.executable, "-m", "cleanerd", "dump", "--format", "json", "--batches"]

@@ -151,6 +151,7 @@ def _log_dir(root: Path) -> Path:
     return logdir
 
 
+@pytest.mark.slow
 def test_verify_of_a_log_dir_with_a_partition_it_cannot_read(
     workdir: Path, run_unprivileged: Run
 ) -> None:
@@ -166,6 +167,7 @@ def test_verify_of_a_log_dir_with_a_partition_it_cannot_read(
     assert lines[-1] == f"verify {logdir}: 1 problem(s) found (2 partition(s))"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["verify", "plan", "dump"])
 def test_a_partition_dir_whose_files_cannot_be_reached(
     workdir: Path, run_unprivileged: Run, command: str
@@ -178,6 +180,7 @@ def test_a_partition_dir_whose_files_cannot_be_reached(
     assert err.endswith(": Permission denied\n"), err
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_output_is_one_line(workdir: Path) -> None:
     logdir = _log_dir(workdir)
     with open("/dev/full", "w") as full:

@@ -33,22 +33,28 @@ from cleanerd.workload import WorkloadSpec, generate
 NOW = 1_800_000_000_000
 SPEC: dict[str, Any] = {"records": 2000, "keys": 100, "records_per_batch": 20}
 SPEC["segment_bytes"] = 30_000
-FIELDS = ("partition", "dirty_ratio", "must_clean_ratio", "compaction_delay_ms", "clean_bytes")
+FIELDS: tuple[str, ...] = (
+    "partition",
+    "dirty_ratio",
+    "must_clean_ratio",
+    "compaction_delay_ms",
+    "clean_bytes",
+)
 FIELDS += ("cleanable_bytes", "cleanable_range", "is_cleanable", "first_dirty_offset")
 FIELDS += ("first_uncleanable_offset", "log_start_offset", "log_end_offset", "checkpoint")
 
 
-def run(*args: str | Path) -> Result:
+def run(*args: str | Path | int) -> Result:
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def ok(*args: str | Path) -> Result:
+def ok(*args: str | Path | int) -> Result:
     result = run(*args)
     assert result.exit_code == 0, result.output
     return result
 
 
-def plans(*args: str | Path) -> list[dict[str, Any]]:
+def plans(*args: str | Path | int) -> list[dict[str, Any]]:
     result = ok("plan", *args, "--format", "json")
     return [json.loads(line) for line in result.stdout.splitlines()]
 
@@ -282,6 +288,7 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert run("plan", logdir, "--partition", "7").exit_code == 2
 
 
+@pytest.mark.slow
 def test_real_process(tmp_path: Path) -> None:
     logdir = make_logs(tmp_path)
     before = tree_hash(logdir)

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli.snapshot_cmd import snapshot_group
@@ -28,6 +29,7 @@ def _run(*args: str) -> str:
     return result.output
 
 
+@pytest.mark.slow
 def test_create_list_show_load_delete(tmp_path: Path) -> None:
     part = _gen(tmp_path)
     made = json.loads(_run("create", "--format", "json", str(part)))

@@ -74,6 +74,7 @@ def warm_cache(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     return cache, json.loads(done.stdout)
 
 
+@pytest.mark.slow
 def test_warmup_compiles_every_kernel_path(warm_cache: tuple[Path, dict[str, object]]) -> None:
     cache, report = warm_cache
     assert report["cache_dir"] == str(cache)
@@ -90,6 +91,7 @@ def test_warmup_compiles_every_kernel_path(warm_cache: tuple[Path, dict[str, obj
     assert any(p.suffix == ".nbc" for p in cache.rglob("*"))
 
 
+@pytest.mark.slow
 def test_after_warmup_commands_compile_nothing(
     warm_cache: tuple[Path, dict[str, object]], tmp_path: Path
 ) -> None:

@@ -384,6 +384,7 @@ def test_verify_never_modifies_anything(logdir: Path, part: Path) -> None:
     assert TimeIndex(segs[0].with_suffix(".timeindex"), 0).entries > 0
 
 
+@pytest.mark.slow
 def test_real_process(logdir: Path, part: Path) -> None:
     cmd = [sys.executable, "-m", "cleanerd", "verify", "--format", "json"]
     done = subprocess.run([*cmd, str(logdir)], capture_output=True, text=True, check=False)

@@ -58,6 +58,7 @@ def plain_none(work: Path) -> BaseLog:
     return BaseLog.build(work / "harness", "none", "plain", SEED)  # not the fuzz run's bases
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("codec", CODECS)
 def test_every_mutant_compacts_or_is_refused_untouched(codec: str, work: Path) -> None:
     bases = {

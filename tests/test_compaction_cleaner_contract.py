@@ -191,6 +191,7 @@ def test_map_must_match_the_strategy(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.slow
 def test_small_chunks_write_the_same_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def build(d: Path) -> PartitionLog:
         log = new_log(d, segment_bytes=4000, index_interval_bytes=50)
@@ -349,6 +350,7 @@ _BATCH = st.tuples(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(
     batch_specs=st.lists(_BATCH, min_size=1, max_size=4), data=st.data(), crc_kernel=st.booleans()

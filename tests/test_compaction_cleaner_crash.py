@@ -77,14 +77,14 @@ def _arm_rename(n: int) -> Callable[[Callable[[], None]], None]:
                 kill()
             real(*args, **kwargs)
 
-        os.replace = replace  # type: ignore[assignment]
+        os.replace = replace
 
     return arm
 
 
 def _arm_chunk(n: int) -> Callable[[Callable[[], None]], None]:
     def arm(kill: Callable[[], None]) -> None:
-        real = Cleaner.clean
+        real: Callable[..., Any] = Cleaner.clean
         calls = [0]
 
         def check() -> bool:
@@ -113,6 +113,7 @@ def _expected_after_clean(tmp_path: Path) -> dict[int, tuple[bytes | None, bytes
     return _contents(log)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rename", "chunk"])
 def test_recovery_after_crash(tmp_path: Path, kind: str) -> None:
     cleaned = _expected_after_clean(tmp_path)

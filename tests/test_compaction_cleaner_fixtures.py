@@ -51,6 +51,7 @@ def kafka_python_records(log: PartitionLog) -> dict[int, tuple[bytes | None, byt
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FIXTURES)
 @pytest.mark.parametrize("capacity", [1 << 12, 64])
 def test_fixture_compacts_to_expected_survivors(

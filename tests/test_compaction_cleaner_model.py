@@ -15,6 +15,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -165,6 +166,7 @@ def _check(log: PartitionLog, expected: dict[int, ModelRecord]) -> None:
     }
 
 
+@pytest.mark.slow
 @settings(
     max_examples=100,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

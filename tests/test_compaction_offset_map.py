@@ -218,9 +218,9 @@ def _arrays(
 ) -> tuple[list[tuple[int, int, int, bool]], Any, Any, Any, Any]:
     recs = []
     off = 0
-    for key, gap, ver, has in raw:
+    for key, gap, ver, has_version in raw:
         off += gap
-        recs.append((key, off, ver, has or config.strategy is Strategy.TIMESTAMP))
+        recs.append((key, off, ver, has_version or config.strategy is Strategy.TIMESTAMP))
     h = hashes_of([b"key-%d" % r[0] for r in recs])
     offs = np.array([r[1] for r in recs], dtype=np.int64)
     vers = np.array([r[2] for r in recs], dtype=np.int64)
@@ -228,6 +228,7 @@ def _arrays(
     return recs, h, offs, vers, has
 
 
+@pytest.mark.slow
 @FUZZ
 @given(RECORDS, CONFIGS, st.booleans())
 def test_strategy_matches_model(
@@ -258,6 +259,7 @@ def test_strategy_matches_model(
     assert retained.tolist() == [expected[r[0]][0] == r[1] for r in recs]
 
 
+@pytest.mark.slow
 @FUZZ
 @given(RECORDS, CONFIGS, st.integers(2, 6))
 def test_tiny_map_passes_cover_everything(

@@ -13,7 +13,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cleanerd.compaction.plan import (
-    LONG_MAX,
     CleaningPlan,
     LogMeta,
     SegmentMeta,
@@ -25,6 +24,7 @@ from cleanerd.compaction.plan import (
     rank,
     segments_between,
 )
+from cleanerd.format.limits import LONG_MAX
 from cleanerd.format.records import Record
 from cleanerd.storage.checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,

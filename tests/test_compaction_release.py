@@ -67,6 +67,7 @@ def test_release_drops_the_pages_of_a_range(segment: Path) -> None:
     assert np.array_equal(arr, on_disk)  # released pages read back from the page cache
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
 def test_iter_chunks_keeps_about_one_chunk_resident(
     segment: Path, monkeypatch: pytest.MonkeyPatch

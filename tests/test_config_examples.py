@@ -116,6 +116,7 @@ def test_each_topic_example_passes_beside_the_properties_example(
     assert out.splitlines() == ["config ok"]
 
 
+@pytest.mark.slow
 def test_the_installed_command_checks_the_examples_as_the_readme_says(tmp_path: Path) -> None:
     """The same check through the ``cleanerd`` entry point, as an operator runs it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}

@@ -14,10 +14,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
 
 from cleanerd.service.metrics_doc import METRICS_DOC
 from cleanerd.storage.logdir import LogDir
+from tests.e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
 
 
 def _cleanerd(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

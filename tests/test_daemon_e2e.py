@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from e2e_support import DaemonProcess, poll_until, sample_value, write_config
-
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.workload.check import check_survivors
 from cleanerd.workload.live import LiveWriter
+from tests.e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 BACKOFF_MS = 300
 

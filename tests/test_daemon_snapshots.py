@@ -12,14 +12,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from e2e_support import DaemonProcess, poll_until, sample_value, write_config
-
 from cleanerd.compaction.engine import open_log
 from cleanerd.snapshot.build import load_state
 from cleanerd.storage.snapshot_files import list_snapshots
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.topic_model import StrategyConfig
 from cleanerd.workload.live import LiveWriter
+from tests.e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 SNAP = TopicPartition("snap", 0)
 PLAIN = TopicPartition("plain", 0)

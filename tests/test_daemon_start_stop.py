@@ -22,7 +22,6 @@ import pytest
 from cleanerd.config import load_config
 from cleanerd.format.records import Record
 from cleanerd.scheduling.survey import Survey
-from cleanerd.service import daemon as daemon_module
 from cleanerd.service.daemon import Daemon
 from cleanerd.storage.logdir import LogDir
 from cleanerd.storage.partition import PartitionLog
@@ -153,7 +152,7 @@ async def test_a_survey_outliving_the_shutdown_timeout_exits_1(
         codes.append(code)
         raise Exited
 
-    monkeypatch.setattr(daemon_module.os, "_exit", fake_exit)
+    monkeypatch.setattr(os, "_exit", fake_exit)
     daemon, held = _daemon(_log_dir(tmp_path), **{"cleanerd.shutdown.timeout.ms": "100"})
     run = asyncio.create_task(daemon.run())
     try:

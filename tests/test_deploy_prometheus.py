@@ -18,14 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e_support import HOST, DaemonProcess, free_port, poll_until, sample_value, write_config
 from prometheus_client.parser import text_string_to_metric_families
-from test_deploy_grafana import concrete_queries, documented_samples, metric_names
 
 from cleanerd.scheduling.state import CleaningState, PartitionStatus
 from cleanerd.service.metrics import DaemonMetrics
 from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.storage.topic_partition import TopicPartition
+from tests.e2e_support import HOST, DaemonProcess, free_port, poll_until, sample_value, write_config
+from tests.test_deploy_grafana import concrete_queries, documented_samples, metric_names
 
 REPO = Path(__file__).resolve().parents[1]
 PROM = REPO / "deploy" / "prometheus"

@@ -266,6 +266,7 @@ def test_the_example_environment_file_is_accepted_by_the_daemon() -> None:
     assert not any(name.startswith("CLEANERD_") for name in expanded)
 
 
+@pytest.mark.slow
 def test_an_invalid_config_is_not_restarted_in_a_loop(tmp_path: Path) -> None:
     """RestartPreventExitStatus= names the code ``cleanerd run`` exits with on a bad config."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}

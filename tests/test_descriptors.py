@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cleanerd.format.builder import build_batch
 from cleanerd.format.records import Record
 from cleanerd.storage import map_cache
@@ -63,6 +65,7 @@ def _low_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
+@pytest.mark.slow
 def test_compact_with_more_segments_than_descriptors(tmp_path: Path) -> None:
     """A real process limited to 256 descriptors compacts 600 segments."""
     logdir = tmp_path / "L"
@@ -79,4 +82,4 @@ def test_compact_with_more_segments_than_descriptors(tmp_path: Path) -> None:
     log = PartitionLog(logdir / "t-0")
     keys = [r.key for r in log.records()]
     log.close()
-    assert sorted(keys) == sorted({b"k%d" % i for i in range(50)})
+    assert sorted(k or b"" for k in keys) == sorted({b"k%d" % i for i in range(50)})

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pytest
@@ -38,7 +40,7 @@ def partition(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for i in range(3):
         log.append([Record(0, NOW + i, b"k%d" % i, b"v%d" % i), Record(0, NOW + i, b"x", b"y")])
     log.append([Record(0, NOW + 3, None, b"no key"), Record(0, NOW + 3, b"gone", None)])
-    txn = {"producer_id": 7, "producer_epoch": 1}
+    txn: dict[str, Any] = {"producer_id": 7, "producer_epoch": 1}
     log.append([Record(0, NOW + 4, b"t", b"d")], base_sequence=0, transactional=True, **txn)
     log.append_marker(commit=True, timestamp=NOW + 5, coordinator_epoch=3, **txn)
     log.close()
@@ -149,7 +151,7 @@ def test_verify_index_only(partition: Path, tmp_path: Path) -> None:
 ENTRY = ">qhiqiqiq"  # producer id, epoch, last seq, last offset, offset delta, ts, coord, txn
 
 
-def _snapshot_bytes(entries: list[tuple[int, ...]]) -> bytes:
+def _snapshot_bytes(entries: Sequence[tuple[int, ...]]) -> bytes:
     body = struct.pack(">i", len(entries)) + b"".join(struct.pack(ENTRY, *e) for e in entries)
     return struct.pack(">hI", 1, crc32c.crc32c(body)) + body
 

@@ -265,7 +265,7 @@ def test_varint_overflow_in_a_compressed_batch() -> None:
     plain = bytearray(make(3))
     plain[61 + 4 : 61 + 9] = b"\xff\xff\xff\xff\x7f"
     data = bytes(plain[61:])
-    h = BatchHeader.parse(plain)
+    h = BatchHeader.parse(bytes(plain))
     payload = compress(Compression.LZ4, data)
     header = h.with_fields(batch_length=49 + len(payload), attributes=int(Compression.LZ4))
     bad = bytes(finish_crc(bytearray(header.pack() + payload)))

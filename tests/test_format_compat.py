@@ -192,7 +192,9 @@ def test_end_txn_markers_read_in_kafka_python(commit: bool, coordinator_epoch: i
     assert krec.type == (ControlType.COMMIT if commit else ControlType.ABORT)
     assert struct.unpack(">hi", krec.value) == (0, coordinator_epoch)
     (batch,) = list(iter_batches(raw))
-    marker = EndTransactionMarker.parse(batch.control_type(), batch.records()[0].value)
+    control = batch.control_type()
+    assert control is not None
+    marker = EndTransactionMarker.parse(control, batch.records()[0].value)
     assert marker.coordinator_epoch == coordinator_epoch
 
 
@@ -290,6 +292,7 @@ def cleanerd_batches(draw: st.DrawFn) -> bytes:
     return b"".join(out)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(data=cleanerd_batches())
 def test_cleanerd_random_batches_read_in_kafka_python(data: bytes) -> None:
@@ -319,7 +322,7 @@ def kp_build(
         builder.set_producer_state(*producer)
     for delta, ts, key, value, headers in records:
         assert builder.append(delta, ts, key, value, headers) is not None
-    return builder.build()
+    return bytearray(builder.build())
 
 
 KP_SAMPLE: list[RecordTuple] = [
@@ -418,6 +421,7 @@ def kp_records(draw: st.DrawFn) -> list[RecordTuple]:
     return out
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     records=kp_records(),

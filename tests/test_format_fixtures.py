@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import conftest
 import numpy as np
 import pytest
 
@@ -26,6 +25,7 @@ from cleanerd.format.reader import (
     scan_batches,
 )
 from cleanerd.format.records import Record
+from tests import conftest
 
 PARTITIONS = ["small-gzip-hdr-tomb-0", "multiseg-snappy-0"]
 

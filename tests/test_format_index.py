@@ -214,7 +214,8 @@ def test_kernel_rejects_small_outputs() -> None:
         data,
         b[:, k.B_POS] + k.HEADER_SIZE,
         b[:, k.B_POS] + b[:, k.B_SIZE],
-        *cols,
+        cols[0],
+        cols[1],
         np.ascontiguousarray(b[:, k.B_BASE_TIMESTAMP]),
         np.ascontiguousarray(b[:, k.B_COUNT]),
         np.full(1, -1, dtype=np.int64),
@@ -319,6 +320,7 @@ def test_codec_error_before_a_crc_error() -> None:
     same = bytearray(data)
     same[pos[4] + 70] ^= 0xFF
     one = result(bytes(same), check_crc=True)
+    assert len(one) == 4
     assert one[1] == pos[4]
     assert "CRC mismatch" in str(one[3])
     expect_error(bytes(same), pos, 4, check_crc=True)

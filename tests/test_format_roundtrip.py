@@ -187,6 +187,7 @@ def _mmh3_pair(key: bytes) -> tuple[int, int]:
 # -- batches round trip ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(specs=batch_specs(), kind=st.sampled_from(["bytes", "bytearray", "memoryview", "numpy"]))
 def test_build_scan_index_roundtrip(specs: list[Spec], kind: str) -> None:

@@ -71,6 +71,7 @@ def files(directory: Path) -> dict[str, bytes]:
 # -- determinism ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_seed_writes_identical_bytes(tmp_path: Path) -> None:
     args = [*SMALL, "--partitions", "2", "--codec", "gzip", "--headers", "2"]
     args += ["--transactional-producers", "2", "--idempotent-producers", "2"]
@@ -250,6 +251,7 @@ def test_version_header_is_an_8_byte_long(tmp_path: Path) -> None:
     assert any(by_header[k].offset < by_offset[k].offset for k in by_header)
 
 
+@pytest.mark.slow
 def test_shuffled_timestamps_stay_in_window(tmp_path: Path) -> None:
     window = 500
     ok(tmp_path, *SMALL, "--timestamps", "shuffled", "--timestamp-window-ms", str(window))
@@ -422,6 +424,7 @@ def test_tracker_strategies_and_transactions() -> None:
 # -- a real process ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_real_process(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parent.parent
     cmd = [sys.executable, "-m", "cleanerd", "gen", str(tmp_path), *SMALL, "--format", "json"]

@@ -21,9 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 import zstandard
-from bombs import GIB, bomb_batch, bomb_logdir, compressed_bomb, files_of
 from click.testing import CliRunner
-from e2e_support import DaemonProcess, poll_until, write_config
 
 from cleanerd.cli import cli
 from cleanerd.format import kernels as k
@@ -44,6 +42,8 @@ from cleanerd.format.records import Record
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.workload.generator import generate
 from cleanerd.workload.spec import WorkloadSpec
+from tests.bombs import GIB, bomb_batch, bomb_logdir, compressed_bomb, files_of
+from tests.e2e_support import DaemonProcess, poll_until, write_config
 
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 

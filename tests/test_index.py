@@ -394,6 +394,7 @@ def increasing_pairs(draw: st.DrawFn) -> list[tuple[int, int]]:
     return list(zip(firsts, seconds, strict=True))
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(
     pairs=increasing_pairs(),
@@ -420,6 +421,7 @@ def test_offset_index_matches_brute_force(
             assert reopened.lookup(base + rel) == (below[-1] if below else (base, 0))
 
 
+@pytest.mark.slow
 @settings(max_examples=150)
 @given(
     pairs=increasing_pairs(),

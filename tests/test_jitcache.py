@@ -116,6 +116,7 @@ def test_nothing_writable_uses_a_private_temp_dir_and_says_how_to_fix_it(
         shutil.rmtree(private)
 
 
+@pytest.mark.slow
 def test_kernels_are_cached_in_numba_cache_dir(tmp_path: Path) -> None:
     cache = tmp_path / "numba-cache"
     env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
@@ -128,6 +129,7 @@ def test_kernels_are_cached_in_numba_cache_dir(tmp_path: Path) -> None:
     assert out.stderr == ""
 
 
+@pytest.mark.slow
 def test_no_writable_cache_dir_compiles_into_a_temp_dir_instead_of_dying(tmp_path: Path) -> None:
     """The import that used to die with numba's "no locator available" runs its kernels, warns
     once, and leaves no temp dir behind."""

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 
@@ -49,6 +51,7 @@ def _timed_run(source: Path, target: Path) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.slow
 def test_sigkill_during_compact_loses_and_resurrects_nothing(tmp_path: Path) -> None:
     logdir = tmp_path / "L"
     spec = WorkloadSpec(

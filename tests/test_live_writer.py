@@ -250,6 +250,7 @@ def check_model_file(log_dir: Path, out: Path) -> None:
     assert all(r.ok for r in results.values()), results
 
 
+@pytest.mark.slow
 def test_writer_process_writes_its_model(tmp_path: Path) -> None:
     out = tmp_path / "expected.json"
     cmd = live_cmd(tmp_path / "logs", out, "--rate", "0", "--duration", "0.3")
@@ -261,6 +262,7 @@ def test_writer_process_writes_its_model(tmp_path: Path) -> None:
     check_model_file(tmp_path / "logs", out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_writer_process_stops_on_signal_and_writes_its_model(tmp_path: Path, sig: int) -> None:
     out = tmp_path / "expected.json"

@@ -289,6 +289,7 @@ def java_locker(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return source
 
 
+@pytest.mark.slow
 def test_real_java_filechannel_lock_is_refused(tmp_path: Path, java_locker: Path) -> None:
     logdir = LogDir(tmp_path)
     with _locker(["java", str(java_locker), str(tmp_path)]) as (line, _proc):

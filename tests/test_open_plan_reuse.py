@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cleanerd.compaction import cleaner as cleaner_mod
+from cleanerd.compaction.batches import fold_producers
 from cleanerd.compaction.cleaner import Cleaner
 from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint, plan
 from cleanerd.format.builder import build_batch
@@ -156,7 +158,7 @@ def test_producer_state_follows_every_change(tmp_path: Path) -> None:
     """A log kept open while it is appended to, rolled and its state asked for in between."""
     log = _txn_log(tmp_path)
     p = Producer(log, 9)
-    steps = [
+    steps: list[Callable[[], object]] = [
         lambda: p(3),
         lambda: log.append([rec(20)]),
         p.commit,
@@ -241,7 +243,7 @@ def test_plan_and_clean_walk_the_log_once(tmp_path: Path, monkeypatch: pytest.Mo
     assert log.last_stable_offset() < log.log_end_offset
     other = PartitionLog(shutil.copytree(log.directory, tmp_path / "copy" / "t-0"), log.config)
     folds: list[int] = []
-    real = cleaner_mod.fold_producers
+    real = fold_producers
 
     def counting(seg: LogSegment, state: ProducerState, cache: object = None) -> None:
         folds.append(seg.base_offset)

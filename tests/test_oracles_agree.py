@@ -25,6 +25,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -161,6 +162,7 @@ def model_by_offset(found: dict[int, ModelRecord], strategy: str) -> dict[int, t
     }
 
 
+@pytest.mark.slow
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=logs, strategy=st.sampled_from(["offset", "timestamp", "header"]))
 def test_oracles_name_the_same_survivors(ops: list[tuple[object, ...]], strategy: str) -> None:

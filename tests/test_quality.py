@@ -74,6 +74,29 @@ def test_layers_import_only_downwards() -> None:
     assert problems == []
 
 
+# the corrupt-log fuzzer's base logs, mutations and oracle: the tests' own modules, which
+# bench/fuzz_compact.py runs at scale (the suite needs nothing from bench/)
+_FUZZ_LIBRARY = ("tests.fuzz_support", "tests.fuzz_mutations")
+_TEST_SUITE = ("pytest", "_pytest", "hypothesis", "conftest", "tests")
+
+
+def test_the_bench_needs_only_the_fuzz_library_of_the_tests() -> None:
+    """Of tests/, bench/ imports only the fuzz library, and that imports nothing of the suite
+    (no pytest, hypothesis, fixtures or test modules), so a benchmark never loads the suite."""
+    problems = []
+    for path in sorted((REPO / "bench").glob("*.py")):
+        for name in _imports(path):
+            if (name == "tests" or name.startswith("tests.")) and name not in _FUZZ_LIBRARY:
+                problems.append(f"{path.relative_to(REPO)} imports {name}")
+    for module in _FUZZ_LIBRARY:
+        path = REPO / (module.replace(".", "/") + ".py")
+        for name in _imports(path):
+            suite = name.split(".")[0] in _TEST_SUITE or name.startswith("test_")
+            if suite and name not in _FUZZ_LIBRARY:
+                problems.append(f"{path.relative_to(REPO)} imports {name}")
+    assert problems == []
+
+
 def test_architecture_names_only_real_modules() -> None:
     """docs/architecture.md is a newcomer's map: every module path it names must exist."""
     text = (REPO / "docs" / "architecture.md").read_text()
@@ -134,4 +157,5 @@ def test_no_test_sets_a_hypothesis_deadline() -> None:
 
 
 def test_mypy_strict_clean() -> None:
-    _assert_tool_passes("mypy")
+    """The package, the tests and the benchmarks: pyproject.toml's ``[tool.mypy]`` (strict)."""
+    _assert_tool_passes("mypy", "cleanerd", "tests", "bench")

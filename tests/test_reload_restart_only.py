@@ -6,7 +6,9 @@ neither the HTTP server nor the workers to decide what changed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from structlog.testing import capture_logs
 
@@ -22,7 +24,7 @@ def _write(path: Path, logdir: Path, port: int, threads: int = 1) -> None:
     )
 
 
-def _reloaded(logs: list[dict[str, object]]) -> dict[str, object]:
+def _reloaded(logs: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     (event,) = [e for e in logs if e["event"] == "config reloaded"]
     return event
 

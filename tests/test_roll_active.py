@@ -66,6 +66,7 @@ def survivors(expected: dict[str, Any]) -> dict[bytes, int]:
     return {k.encode(): v["offset"] for k, v in expected["keys"].items() if not v["tombstone"]}
 
 
+@pytest.mark.slow
 def test_roll_active_compacts_a_single_segment_fixture_whole(
     kafka_fixtures: Path, tmp_path: Path
 ) -> None:
@@ -153,7 +154,12 @@ def open_transaction_log(tmp_path: Path) -> Path:
     """One segment: 10 plain records, then a transaction left open at offset 10."""
     log = PartitionLog.create(tmp_path / "logs" / "t-0", clock=lambda: 0)
     log.append([Record(0, 1000, b"k%d" % (i % 3), b"v") for i in range(10)])
-    txn = {"producer_id": 3, "producer_epoch": 0, "base_sequence": 0, "transactional": True}
+    txn: dict[str, Any] = {
+        "producer_id": 3,
+        "producer_epoch": 0,
+        "base_sequence": 0,
+        "transactional": True,
+    }
     log.append([Record(0, 1000, b"k0", b"w")], **txn)
     log.close()
     return log.directory

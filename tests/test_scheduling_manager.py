@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from cleanerd.compaction.log_meta import walk_segment
 from cleanerd.compaction.stats import CleanerStats
 from cleanerd.format.records import Record
 from cleanerd.scheduling import metadata
@@ -478,7 +479,7 @@ def test_spark_cleanings_and_failures_are_counted_apart(one: CleanerManager) -> 
 
 
 # --- survey failures: logged, counted, retried like failed cleanings -----------------------------
-def _failed_reads(logs: list[dict[str, object]]) -> list[dict[str, object]]:
+def _failed_reads(logs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [line for line in logs if line["event"] == "partition survey failed"]
 
 
@@ -534,7 +535,7 @@ def test_partition_it_cannot_read_is_a_counted_failure_and_resume_retries_it(
 ) -> None:
     bad = _log(tmp_path, "locked", [RECENT] * 3)
     denied = str(bad.segments[0].log_path)
-    real_walk = metadata.walk_segment
+    real_walk = walk_segment
 
     def walk(base: int, path: Path, **kwargs: Any) -> Any:
         if str(path) == denied:

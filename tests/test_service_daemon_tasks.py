@@ -17,7 +17,7 @@ import structlog
 from cleanerd.compaction.cleaner import CleaningAbortedError
 from cleanerd.config import load_config
 from cleanerd.scheduling.survey import Survey
-from cleanerd.service import snapshot_routes, workers
+from cleanerd.service import clean_job, snapshot_routes, workers
 from cleanerd.service.daemon import Daemon
 from cleanerd.service.workers import CLEAN_THREAD_PREFIX
 from tests.test_daemon_start_stop import _log_dir
@@ -73,7 +73,7 @@ class _Cleanings:
 async def test_cleanings_run_on_the_pool_sized_by_log_cleaner_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cleanings = _Cleanings(workers.run_clean)
+    cleanings = _Cleanings(clean_job.run_clean)
     cleanings.release.set()
     monkeypatch.setattr(workers, "run_clean", cleanings)
     daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "3"})
@@ -93,7 +93,7 @@ async def test_cleanings_run_on_the_pool_sized_by_log_cleaner_threads(
 async def test_a_pause_sets_the_running_cleanings_abort_signal_and_it_aborts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cleanings = _Cleanings(workers.run_clean)
+    cleanings = _Cleanings(clean_job.run_clean)
     monkeypatch.setattr(workers, "run_clean", cleanings)
     daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "1"})
     run = asyncio.create_task(daemon.run())
@@ -124,7 +124,7 @@ async def test_a_pause_sets_the_running_cleanings_abort_signal_and_it_aborts(
 async def test_shutdown_aborts_the_running_cleaning_and_leaves_no_task_or_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cleanings = _Cleanings(workers.run_clean)
+    cleanings = _Cleanings(clean_job.run_clean)
     monkeypatch.setattr(workers, "run_clean", cleanings)
     daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "2"})
     run = asyncio.create_task(daemon.run())
@@ -219,7 +219,7 @@ async def test_a_pause_while_the_worker_waits_for_memory_takes_no_thread(
 ) -> None:
     """Paused while its worker waits for map memory: the abort signal is set already when the
     lease comes, so the cleaning never reaches a thread."""
-    cleanings = _Cleanings(workers.run_clean)
+    cleanings = _Cleanings(clean_job.run_clean)
     cleanings.release.set()
     monkeypatch.setattr(workers, "run_clean", cleanings)
     daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "1"})

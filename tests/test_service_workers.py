@@ -14,7 +14,7 @@ import structlog
 
 from cleanerd.compaction.throttle import Throttler
 from cleanerd.scheduling.manager import CleanerManager
-from cleanerd.service import workers
+from cleanerd.service import clean_job, workers
 from cleanerd.service.budget import DedupeBudget
 from cleanerd.service.workers import PoolSettings, WorkerPool
 from cleanerd.storage.topic_partition import TopicPartition
@@ -171,7 +171,7 @@ async def test_a_bug_in_a_workers_supervision_reaches_the_task_group(tmp_path: P
         async with asyncio.TaskGroup() as group:
             group.create_task(sibling())
             pool, _ = _pool(manager, [], group)
-            pool._supervise = broken  # type: ignore[method-assign]
+            pool._supervise = broken  # type: ignore[method-assign, assignment]
             pool.resize(1)
 
     with pytest.raises(ExceptionGroup) as raised:
@@ -188,7 +188,7 @@ async def test_a_failing_cleaning_is_logged_with_its_error_and_the_worker_carrie
         _log(tmp_path, topic, [OLD, OLD, RECENT])
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
     cleaned: list[TopicPartition] = []
-    real_clean = workers.run_clean
+    real_clean = clean_job.run_clean
     failed_dirs: list[Path] = []
 
     def clean_failing_once(directory: Path, *args: object, **kwargs: object) -> object:

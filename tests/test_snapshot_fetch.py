@@ -21,7 +21,6 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from click.testing import CliRunner
-from e2e_support import DaemonProcess, free_port, write_config
 
 from cleanerd.cli.snapshot_cmd import snapshot_group
 from cleanerd.scheduling.state import PartitionStatus
@@ -37,6 +36,7 @@ from cleanerd.service.snapshot_routes import (
 )
 from cleanerd.storage.snapshot_files import parse_name
 from cleanerd.storage.topic_partition import TopicPartition
+from tests.e2e_support import DaemonProcess, free_port, write_config
 
 TOKEN = "fetch-test-token"
 TP = "/partitions/orders/0/snapshots"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
@@ -35,7 +36,7 @@ def write(tmp_path: Path, sid: SnapshotId, codec: Compression = Compression.NONE
         return w.finish()
 
 
-def kafka_python_batches(data: bytes) -> list[tuple[DefaultRecordBatch, list[object]]]:
+def kafka_python_batches(data: bytes) -> list[tuple[DefaultRecordBatch, list[Any]]]:
     mr = MemoryRecords(data)
     out = []
     while mr.has_next():

@@ -121,6 +121,7 @@ def _count_line(output: str) -> str:
 
 
 # --- (6) a snapshot that lies ------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_batch_cut_out_is_refused_by_list_verify_load_and_create(logdir: Path) -> None:
     path = _snapshot(logdir)
     assert len(_batches(path.read_bytes())) == 5  # header, three data batches, footer
@@ -153,6 +154,7 @@ def test_a_batch_cut_out_is_refused_by_list_verify_load_and_create(logdir: Path)
         assert reader.info.records == LIVE_KEYS
 
 
+@pytest.mark.slow
 def test_load_falls_back_to_the_next_older_valid_snapshot(logdir: Path) -> None:
     older = "--upto", "3000"
     code, _, err = cleanerd("snapshot", "create", *older, str(_part(logdir)))
@@ -269,6 +271,7 @@ def _left_in(dest: Path) -> list[str]:
     return sorted(p.name for p in dest.iterdir()) if dest.exists() else []
 
 
+@pytest.mark.slow
 def test_fetch_refuses_a_snapshot_with_a_batch_cut_out(logdir: Path, tmp_path: Path) -> None:
     cut_batch(_snapshot(logdir), 2)
     dest = tmp_path / "got"
@@ -283,6 +286,7 @@ def test_fetch_refuses_a_snapshot_with_a_batch_cut_out(logdir: Path, tmp_path: P
 
 
 # --- (7) names that are not files --------------------------------------------------------------
+@pytest.mark.slow
 def test_a_symlink_named_like_a_snapshot_is_not_listed_read_or_served(
     logdir: Path, tmp_path: Path
 ) -> None:
@@ -319,6 +323,7 @@ def test_a_symlink_named_like_a_snapshot_is_not_listed_read_or_served(
     assert secret.read_text() == "root:x:0:0:secret\n"  # nothing followed the link to write
 
 
+@pytest.mark.slow
 def test_a_fifo_named_like_a_snapshot_hangs_no_command(logdir: Path, tmp_path: Path) -> None:
     """Every command returns (the subprocess timeout is the guard); none opens the FIFO."""
     fifo = snapshot_dir(_part(logdir)) / f"{END:020d}-{1:010d}.checkpoint"  # the newest id
@@ -566,6 +571,7 @@ def world_readable_copy(pristine: Path) -> Iterator[Path]:
         shutil.rmtree(root)
 
 
+@pytest.mark.slow
 def test_load_and_list_as_an_unprivileged_user_on_a_read_only_partition(
     world_readable_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cleanerd.compaction.engine import open_log
 from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot, load_state
@@ -40,6 +42,7 @@ def _records(start: int, n: int) -> list[Record]:
     return [Record(0, 1000 + i, b"k%d" % (i % 50), b"v%d" % (start + i)) for i in range(n)]
 
 
+@pytest.mark.slow
 def test_kill_mid_write_leaves_a_part_file_only(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     log = PartitionLog.create(directory)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +40,9 @@ def expected_state(writer: Writer, strategy: str) -> dict[bytes, tuple[bytes | N
     }
 
 
-def loaded(log: PartitionLog, strategy: StrategyConfig, budget: int) -> dict[bytes, tuple]:
+def loaded(
+    log: PartitionLog, strategy: StrategyConfig, budget: int
+) -> dict[bytes, tuple[bytes | None, int]]:
     warnings: list[str] = []
     records: list[Record] = list(
         load_state(log, strategy, budget_bytes=budget, warn=warnings.append)
@@ -49,6 +52,7 @@ def loaded(log: PartitionLog, strategy: StrategyConfig, budget: int) -> dict[byt
     return {r.key: (r.value, r.timestamp) for r in records if r.key is not None}
 
 
+@pytest.mark.slow
 @settings(
     max_examples=40,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

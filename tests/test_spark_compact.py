@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import spark_hooks
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,6 +32,7 @@ from cleanerd.spark.plan_b import BEFORE_WRITE_CONF, SMALL_PASS_CONF
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
+from tests import spark_hooks
 
 NOW = 1_800_000_000_000
 HEADER = "v"

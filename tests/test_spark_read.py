@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from bombs import bomb_logdir
 
 from cleanerd.format.codecs import Compression
 from cleanerd.format.errors import CorruptRecordError
@@ -32,6 +31,7 @@ from cleanerd.spark.metrics import ReadMetrics, ReadTotals
 from cleanerd.spark.planning import plan
 from cleanerd.spark.read import OptionError, parse_options, read_log
 from cleanerd.workload import WorkloadSpec, generate
+from tests.bombs import bomb_logdir
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 Row = dict[str, Any]

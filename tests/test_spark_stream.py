@@ -34,7 +34,7 @@ def _rows(spark: Any, sql: str) -> list[tuple[str, int, int]]:
     return sorted((r[0], r[1], r[2]) for r in spark.sql(sql).collect())
 
 
-def _batch(spark: Any, root: Path, **options: object) -> list[tuple[str, int, int]]:
+def _batch(spark: Any, root: Path, **options: Any) -> list[tuple[str, int, int]]:
     df = read_log(spark, str(root), **options).select("topic", "partition", "offset")
     return sorted((r[0], r[1], r[2]) for r in df.collect())
 

@@ -127,6 +127,7 @@ def assert_refused(done: subprocess.CompletedProcess[str], bad: Path) -> None:
     assert "Traceback" not in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_symlinked_log_is_refused_and_its_target_untouched(logdir: Path, command: str) -> None:
     link, target = symlinked_log(logdir)
@@ -137,6 +138,7 @@ def test_symlinked_log_is_refused_and_its_target_untouched(logdir: Path, command
     assert target.read_bytes() == target_bytes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_symlinked_index_to_a_file_outside_is_refused(logdir: Path, command: str) -> None:
     """``.index`` -> a file outside (as if ``/etc/passwd``): rebuilding the index it cannot
@@ -152,6 +154,7 @@ def test_symlinked_index_to_a_file_outside_is_refused(logdir: Path, command: str
     assert outside.read_bytes() == b"root:x:0:0:root:/root:/bin/bash\n" * 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".index", ".timeindex", ".txnindex"])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_fifo_index_is_refused_without_blocking(logdir: Path, command: str, suffix: str) -> None:
@@ -163,6 +166,7 @@ def test_fifo_index_is_refused_without_blocking(logdir: Path, command: str, suff
     assert state(logdir / "t-0") == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["verify", "compact"])
 def test_fifo_checkpoint_is_refused_without_blocking(logdir: Path, command: str) -> None:
     """A FIFO under a checkpoint's name is a bad checkpoint, not a hang: the log dir's
@@ -183,6 +187,7 @@ def test_fifo_checkpoint_is_refused_without_blocking(logdir: Path, command: str)
         path.unlink()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_fifo_log_is_refused_without_blocking(logdir: Path, command: str) -> None:
     fifo = fifo_in_place_of(_segment(logdir))
@@ -254,6 +259,7 @@ def test_listing_names_the_first_bad_file_and_verify_sees_them_all(logdir: Path)
     assert len(kept) == len(list((logdir / "t-0").glob("*.log"))) - 1
 
 
+@pytest.mark.slow
 def test_dump_of_one_good_segment_beside_a_symlinked_one(logdir: Path) -> None:
     """Only the bad file is refused: a regular segment beside it still dumps."""
     link, _ = symlinked_log(logdir)

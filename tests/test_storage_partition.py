@@ -52,6 +52,7 @@ def _check_indexes(log: PartitionLog) -> None:
             last_ts = ts
 
 
+@pytest.mark.slow
 @settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     batches=st.lists(

@@ -111,6 +111,7 @@ def test_replace_segments_swaps_in_cleaned_data(tmp_path: Path) -> None:
     assert [r for r in after if r[0] >= end] == [r for r in before if r[0] >= end]
 
 
+@pytest.mark.slow
 def test_every_crash_point_recovers_old_or_new(tmp_path: Path) -> None:
     """Crash after k renames for every k; reopening must give exactly the old log or the new one.
 

@@ -298,6 +298,7 @@ def _crash_after(n: int, *, unlinks: bool) -> Iterator[None]:
         yield
 
 
+@pytest.mark.slow
 def test_a_crash_inside_recovery_still_recovers(part: Path, tmp_path: Path) -> None:
     """Crash the swap after each rename, then recovery after each of its own steps: every state
     left is accepted by the checks, and opening gives the old log or the new one."""
@@ -330,6 +331,7 @@ def test_a_crash_inside_recovery_still_recovers(part: Path, tmp_path: Path) -> N
 
 
 # --- the command line ------------------------------------------------------------------------
+@pytest.mark.slow
 def test_compact_refuses_a_garbage_swap(tmp_path: Path) -> None:
     """Issue 9 case 1, as a user meets it: exit 1, one line naming the file, nothing changed."""
     logdir = tmp_path / "L"

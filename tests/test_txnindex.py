@@ -222,7 +222,8 @@ def test_collect_matches_reading_the_file(
     """Entries written, read back from raw bytes, and searched by kafka-format.md §3.5's rules."""
     with tempfile.TemporaryDirectory() as tmp:
         idx = TransactionIndex(Path(tmp) / "p.txnindex", 0)
-        txns, last = [], 0
+        txns: list[AbortedTxn] = []
+        last = 0
         for back, step, lso_delta in steps:
             last += step
             txn = AbortedTxn(len(txns), max(0, last - back), last, max(0, last + lso_delta))

@@ -222,6 +222,7 @@ def test_roll_if_idle_without_timestamps_uses_the_segments_age(tmp_path: Path) -
 
 
 # --- another process changed the dir ------------------------------------------------------------
+@pytest.mark.slow
 def test_writer_appends_to_the_segment_another_process_rolled(tmp_path: Path) -> None:
     directory = partition_dir(tmp_path)
     # a small index interval: the last batches lie past the last time-index entry
@@ -244,6 +245,7 @@ def test_writer_appends_to_the_segment_another_process_rolled(tmp_path: Path) ->
     assert_consistent(directory)
 
 
+@pytest.mark.slow
 def test_writer_drops_segments_another_process_swapped_out(tmp_path: Path) -> None:
     directory = partition_dir(tmp_path)
     seg_bytes = 400
