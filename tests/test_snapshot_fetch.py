@@ -23,10 +23,8 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from cleanerd.cli.snapshot_cmd import snapshot_group
-from cleanerd.scheduling.state import PartitionStatus
 from cleanerd.service.http import Access, make_app, serve_app
 from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.service.snapshot_fetch import FetchError, fetch_snapshot
 from cleanerd.service.snapshot_routes import (
     ID_HEADER,
@@ -35,7 +33,7 @@ from cleanerd.service.snapshot_routes import (
     file_etag,
 )
 from cleanerd.storage.snapshot_files import parse_name
-from cleanerd.storage.topic_partition import TopicPartition
+from tests.daemon_stub import OnePartition
 from tests.e2e_support import DaemonProcess, free_port, write_config
 
 TOKEN = "fetch-test-token"
@@ -251,23 +249,6 @@ async def test_remote_peers_need_the_token(served: Served, tmp_path: Path) -> No
 
 
 # --- the access rule in process, with a faked remote peer (no second address needed) --------------
-class _OnePartition:
-    def __init__(self, directory: Path) -> None:
-        tp = TopicPartition("orders", 0)
-        self.status = PartitionStatus(tp, directory.parent, directory, compacted=True)
-
-    def snapshot(self) -> DaemonSnapshot:
-        return DaemonSnapshot(now_ms=0, partitions=(self.status,), ready=True)
-
-    def healthy(self) -> tuple[bool, str]:
-        return True, "ok"
-
-    def pause(self, tp: TopicPartition) -> PartitionStatus | None:
-        return None
-
-    resume = clean = pause
-
-
 @web.middleware
 async def _remote_peer(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -277,7 +258,7 @@ async def _remote_peer(
 
 @pytest_asyncio.fixture
 async def remote_app(served: Served) -> AsyncIterator[str]:
-    api = _OnePartition(served.partition)
+    api = OnePartition(served.partition)
     app = make_app(api, DaemonMetrics(api.snapshot), Access(TOKEN))
     app.middlewares.insert(0, _remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)

@@ -31,15 +31,13 @@ from click.testing import CliRunner
 
 from cleanerd.cli import cli
 from cleanerd.format.records import Record
-from cleanerd.scheduling.state import PartitionStatus
 from cleanerd.service.http import make_app, serve_app
 from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.snapshot import DaemonSnapshot
 from cleanerd.snapshot.build import plan_state
 from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
 from cleanerd.storage.log_view import ReadOnlyLog
 from cleanerd.storage.snapshot_files import SnapshotId, list_snapshots, snapshot_dir
-from cleanerd.storage.topic_partition import TopicPartition
+from tests.daemon_stub import OnePartition
 
 REPO = Path(__file__).resolve().parents[1]
 LIVE_KEYS = 2300  # what orders-0's state holds (seed 3): more than two 1,000-record batches
@@ -212,23 +210,6 @@ def test_numbering_epoch_and_record_count_must_match_what_was_written(tmp_path: 
 
 
 # --- a daemon's snapshot routes, served from a thread ------------------------------------------
-class _OnePartition:
-    def __init__(self, directory: Path) -> None:
-        tp = TopicPartition("orders", 0)
-        self.status = PartitionStatus(tp, directory.parent, directory, compacted=True)
-
-    def snapshot(self) -> DaemonSnapshot:
-        return DaemonSnapshot(now_ms=0, partitions=(self.status,), ready=True)
-
-    def healthy(self) -> tuple[bool, str]:
-        return True, "ok"
-
-    def pause(self, tp: TopicPartition) -> PartitionStatus | None:
-        return None
-
-    resume = clean = pause
-
-
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -249,7 +230,7 @@ def serving(app: web.Application) -> Iterator[str]:
 
 
 def daemon_routes(partition: Path) -> web.Application:
-    api = _OnePartition(partition)
+    api = OnePartition(partition)
     return make_app(api, DaemonMetrics(api.snapshot))
 
 

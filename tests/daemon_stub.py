@@ -1,0 +1,29 @@
+"""A stand-in for the daemon's admin API with one partition: what the HTTP routes need to serve
+a partition's snapshots without a daemon running."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cleanerd.scheduling.state import PartitionStatus
+from cleanerd.service.snapshot import DaemonSnapshot
+from cleanerd.storage.topic_partition import TopicPartition
+
+
+class OnePartition:
+    """The admin API of a daemon holding one compacted partition, ``orders-0``, in ``directory``."""
+
+    def __init__(self, directory: Path) -> None:
+        tp = TopicPartition("orders", 0)
+        self.status = PartitionStatus(tp, directory.parent, directory, compacted=True)
+
+    def snapshot(self) -> DaemonSnapshot:
+        return DaemonSnapshot(now_ms=0, partitions=(self.status,), ready=True)
+
+    def healthy(self) -> tuple[bool, str]:
+        return True, "ok"
+
+    def pause(self, tp: TopicPartition) -> PartitionStatus | None:
+        return None
+
+    resume = clean = pause
