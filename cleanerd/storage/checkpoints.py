@@ -219,6 +219,14 @@ def _parse_offset_entry(line: str, fields: list[str]) -> tuple[TopicPartition, i
     return TopicPartition(topic, partition), offset
 
 
+def checkpointed_offset(log_dir: Path, name: str, tp: TopicPartition) -> int | None:
+    """``tp``'s entry in the log dir's offset checkpoint ``name`` (None: no file, or no entry)."""
+    path = Path(log_dir) / name
+    if not path.exists():
+        return None
+    return read_offset_checkpoint(path).get(tp)
+
+
 def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
     """Read a log-dir offset checkpoint; a missing or empty file means no entries.
 

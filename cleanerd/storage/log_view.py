@@ -25,7 +25,7 @@ from cleanerd.format.limits import LONG_MAX
 from cleanerd.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    read_offset_checkpoint,
+    checkpointed_offset,
 )
 from cleanerd.storage.errors import CorruptIndexError, StorageError
 from cleanerd.storage.files import SWAP_SUFFIX
@@ -99,10 +99,7 @@ class ReadOnlyLog:
         return seg
 
     def _checkpointed(self, name: str) -> int | None:
-        path = self.directory.parent / name
-        if not path.exists():
-            return None
-        return read_offset_checkpoint(path).get(self.topic_partition)
+        return checkpointed_offset(self.directory.parent, name, self.topic_partition)
 
     @property
     def log_start_offset(self) -> int:

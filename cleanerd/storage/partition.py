@@ -23,7 +23,7 @@ from cleanerd.storage.appender import Appender
 from cleanerd.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    read_offset_checkpoint,
+    checkpointed_offset,
 )
 from cleanerd.storage.errors import StorageError
 from cleanerd.storage.leader_epoch import LeaderEpochCache
@@ -148,10 +148,7 @@ class PartitionLog(Appender):
             self._watch.settle()
 
     def _checkpointed(self, name: str) -> int | None:
-        path = self.directory.parent / name
-        if not path.exists():
-            return None
-        return read_offset_checkpoint(path).get(self.topic_partition)
+        return checkpointed_offset(self.directory.parent, name, self.topic_partition)
 
     # --- offsets ----------------------------------------------------------------------------
     @property
