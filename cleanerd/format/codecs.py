@@ -250,9 +250,9 @@ def _lz4_decode(data: bytes | memoryview, limit: int) -> bytes:
 
 def zstd_size_bound(data: bytes | memoryview) -> int | None:
     """The most the first zstd frame in ``data`` can regenerate, from its block headers alone
-    (raw and RLE blocks say their size; a compressed block regenerates at most 128 KiB). The
-    content size a frame may declare is not trusted. None when the headers do not parse or run
-    past the end (the decoder then says what is wrong)."""
+    (raw and RLE blocks say their size; a compressed block regenerates at most 128 KiB); the
+    content size a frame may declare is not read here. None when the headers do not parse or
+    run past the end (the decoder then says what is wrong)."""
     n = len(data)
     if n < 6 or data[:4] != _ZSTD_MAGIC:
         return None
