@@ -38,6 +38,9 @@ def _rss_kib(arr: np.ndarray) -> int:
     raise AssertionError("mapping not found in /proc/self/smaps")
 
 
+FAULT_AROUND = 64 * 1024  # the kernel's fault_around_bytes, 64 KiB by default
+
+
 def _mapped(path: Path) -> np.ndarray:
     with open(path, "rb") as f:
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -78,8 +81,11 @@ def test_iter_chunks_keeps_about_one_chunk_resident(
     for _ in iter_chunks(arr, path=str(segment), prev_last_offset=-1):
         peak = max(peak, _rss_kib(arr))
     assert arr.size > 5 * 40_000
-    assert peak * 1024 <= 3 * 40_000 + 2 * PAGE
-    assert _rss_kib(arr) * 1024 <= 2 * 40_000 + 2 * PAGE
+    # a fault maps the neighbouring pages already in the page cache too (the kernel's
+    # fault-around, 64 KiB by default), so up to that much past a chunk can be resident
+    assert peak * 1024 <= 3 * 40_000 + FAULT_AROUND + 2 * PAGE
+    assert _rss_kib(arr) * 1024 <= 2 * 40_000 + FAULT_AROUND + 2 * PAGE
+    assert peak * 1024 < arr.size // 2  # far from the whole segment
 
 
 def test_release_ignores_arrays_that_map_no_file() -> None:
