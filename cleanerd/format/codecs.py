@@ -375,15 +375,7 @@ def decompress(codec: Compression, data: bytes | memoryview, limit: int | None =
         if codec == Compression.ZSTD:
             return _zstd_decode(data, bound, _zstd_decompressor())
     except CorruptRecordError:
-        raise
-    except (
-        OSError,
-        EOFError,
-        ValueError,
-        RuntimeError,
-        zlib.error,
-        zstandard.ZstdError,
-        cramjam.DecompressionError,
-    ) as e:
+        raise  # already worded (a payload past the bound)
+    except DECOMPRESS_ERRORS as e:
         raise CorruptRecordError(f"{codec.label} payload does not decompress: {e}") from e
     raise CorruptRecordError(f"unknown compression codec id {int(codec)}")
