@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import Any
 
 from cleanerd.compaction.engine import open_log
 from cleanerd.snapshot.build import load_state
@@ -18,7 +19,7 @@ from cleanerd.storage.snapshot_files import list_snapshots
 from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.topic_model import StrategyConfig
 from cleanerd.workload.live import LiveWriter
-from tests.e2e_support import DaemonProcess, poll_until, sample_value, write_config
+from tests.e2e_support import DaemonProcess, Samples, poll_until, sample_value, write_config
 
 SNAP = TopicPartition("snap", 0)
 PLAIN = TopicPartition("plain", 0)
@@ -59,19 +60,27 @@ def test_snapshots_retention_and_truncation_while_a_writer_appends(tmp_path: Pat
         )
         writer.stop()
         assert writer.error is None
-        status = {p["tp"]: p for p in d.status()["partitions"]}
-        metrics = d.scrape()
+        labels = {"topic": "snap", "partition": "0"}
+
+        def agreeing() -> tuple[dict[str, Any], Samples] | None:
+            """/status and the metrics read with no snapshot taken in between: the daemon may
+            still be snapshotting what the writer appended last."""
+            first = {p["tp"]: p for p in d.status()["partitions"]}
+            metrics = d.scrape()
+            then = {p["tp"]: p for p in d.status()["partitions"]}
+            end = first[str(SNAP)]["latest_snapshot_end_offset"]
+            if end != then[str(SNAP)]["latest_snapshot_end_offset"]:
+                return None
+            seen = sample_value(metrics, "cleanerd_partition_snapshot_end_offset", **labels)
+            return (first, metrics) if seen == end else None
+
+        status, metrics = poll_until(agreeing, timeout=60, what="/status and metrics agreeing")
         d.signal(signal.SIGTERM)
         assert d.wait(timeout=30) == 0
 
     snap = status[str(SNAP)]
     assert snap["latest_snapshot_end_offset"] is not None
     assert status[str(PLAIN)]["latest_snapshot_end_offset"] is None
-    labels = {"topic": "snap", "partition": "0"}
-    assert (
-        sample_value(metrics, "cleanerd_partition_snapshot_end_offset", **labels)
-        == snap["latest_snapshot_end_offset"]
-    )
     assert sample_value(metrics, "cleanerd_snapshot_failures_total") == 0
     assert sample_value(metrics, "cleanerd_snapshot_bytes_total") > 0
 

@@ -29,6 +29,7 @@ from cleanerd.format.records import Record
 from cleanerd.snapshot.build import create_snapshot
 from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
 from cleanerd.spark.plan_b import BEFORE_WRITE_CONF, SMALL_PASS_CONF
+from cleanerd.spark.staging import default_staging_root, group_dir, job_dir
 from cleanerd.storage.partition import PartitionLog
 from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
@@ -198,6 +199,22 @@ def test_a_failed_write_task_leaves_the_log_as_it_was_and_a_rerun_succeeds(
     assert again.error is None
     assert again.summary is not None
     assert tree(logdir) == tree(local)
+
+
+def test_a_write_task_that_outlives_its_failed_job_cannot_recreate_the_staging_dir(
+    tmp_path: Path,
+) -> None:
+    """Spark fails a job at its first failed task and lets the others run on: a write task that
+    starts after the driver removed the job's staging dir fails instead of recreating it."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    root = default_staging_root(logdir)
+    with job_dir(root, logdir, "t-0") as job:
+        assert (group_dir(job, 0) / ".").is_dir()
+    assert not root.exists()  # removed with the job: nothing left beside the log dir
+    with pytest.raises(FileNotFoundError):
+        group_dir(job, 1)
+    assert not root.exists()
 
 
 # --- a failed partition is left byte-identical, open-time repairs included -------------------

@@ -283,6 +283,7 @@ class SparkPass:
         """The Spark job (``stages``); any failure becomes a ``PlanBError`` (nothing swapped)."""
         from cleanerd.spark.stages import (  # noqa: PLC0415 (pyspark)
             failed_stage,
+            one_job_group,
             run_small,
             run_stages,
             scan_tasks,
@@ -296,11 +297,12 @@ class SparkPass:
         t0 = time.monotonic()
         w0 = time.time()
         try:
-            ran = None
-            small = int(self.spark.conf.get(SMALL_PASS_CONF, None) or SMALL_PASS_RECORDS)
-            if _dirty_bound(scan) <= small:
-                ran = run_small(sc, scan, job, groups, small)
-            anomalies, spans = ran or run_stages(sc, scan, job, groups, count, tasks)
+            with one_job_group(sc):
+                ran = None
+                small = int(self.spark.conf.get(SMALL_PASS_CONF, None) or SMALL_PASS_RECORDS)
+                if _dirty_bound(scan) <= small:
+                    ran = run_small(sc, scan, job, groups, small)
+                anomalies, spans = ran or run_stages(sc, scan, job, groups, count, tasks)
         except Exception as e:
             where = failed_stage(e)
             stage, what = where if where is not None else ("Spark", _first_line(e))

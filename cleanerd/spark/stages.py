@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,8 @@ if TYPE_CHECKING:
     from pyspark import SparkContext
 
 STAGES = ("scan", "route", "write")
+_GROUP_PROPERTIES = ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel")
+DRAIN_TIMEOUT_S = 60.0  # how long a failed job's other tasks get to end before the driver goes on
 _FAILED = re.compile(r"StageError: (scan|route|write) stage: (.*)")
 
 Span = dict[str, tuple[float, float]]
@@ -252,3 +256,42 @@ def run_small(
     given = partial(_write, write, groups, won.tobytes(), clock)
     sc.parallelize(range(max(groups, 1)), max(groups, 1)).mapPartitionsWithIndex(given).collect()
     return wrong, {"scan": (t0, t1), "route": (t1, t1), **dict(clock.value)}
+
+
+@contextmanager
+def one_job_group(sc: SparkContext) -> Iterator[None]:
+    """Run the block's Spark jobs in a job group of their own; if the block fails, cancel the
+    group and wait until none of its tasks still runs.
+
+    Spark fails a job at its first failed task without waiting for the others: a write task
+    still running would go on staging files after the driver removed the job's staging dir.
+    The wait polls the status tracker (its task counts change when the tasks' end events
+    arrive) and gives up after ``DRAIN_TIMEOUT_S``.
+    """
+    group = f"cleanerd-{uuid.uuid4().hex}"
+    caller = {key: sc.getLocalProperty(key) for key in _GROUP_PROPERTIES}  # restored after
+    sc.setJobGroup(group, "cleanerd plan B", interruptOnCancel=True)
+    try:
+        yield
+    except BaseException:
+        sc.cancelJobGroup(group)
+        _drain(sc, group)
+        raise
+    finally:
+        for key, value in caller.items():
+            sc.setLocalProperty(key, value)  # type: ignore[arg-type] # None unsets it
+
+
+def _drain(sc: SparkContext, group: str) -> None:
+    tracker = sc.statusTracker()
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        running = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job_id)
+            for stage_id in info.stageIds if info is not None else ():
+                stage = tracker.getStageInfo(stage_id)
+                running += stage.numActiveTasks if stage is not None else 0
+        if running == 0:
+            return
+        time.sleep(0.05)  # the tracker has no wait; tasks end within Spark's kill timeout

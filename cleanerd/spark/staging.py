@@ -52,17 +52,26 @@ def job_dir(root: Path, logdir: Path, name: str) -> Iterator[Path]:
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        _remove(path)
         with contextlib.suppress(OSError):
             root.rmdir()  # only when no other job uses it
 
 
+def _remove(path: Path, attempts: int = 5) -> None:
+    """Remove a job's dir; again if a task of the failed job still wrote into it meanwhile."""
+    for _ in range(attempts):
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+
+
 def group_dir(job: Path, group: int) -> Path:
     """The directory one write task stages its group's segment in (emptied first: a retried
-    task finds what a failed attempt left)."""
+    task finds what a failed attempt left). Never recreates the job's dir: a task that outlived
+    its failed job must fail, not leave a staging dir behind."""
     path = job / f"group-{group:06d}"
     shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
+    path.mkdir()
     return path
 
 
