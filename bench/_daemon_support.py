@@ -21,9 +21,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, write_offset_checkpoint
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.storage import (
+    CLEANER_OFFSET_CHECKPOINT,
+    PartitionLog,
+    TopicPartition,
+    write_offset_checkpoint,
+)
 from cleanerd.workload import WorkloadSpec, generate
 
 ROOT = Path(__file__).resolve().parent.parent

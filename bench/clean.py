@@ -64,20 +64,11 @@ configure_numba_cache()  # before numba loads: importing cleanerd chooses no cac
 import numpy as np  # noqa: E402
 from _facts import emit  # noqa: E402
 
-from cleanerd.compaction.cleaner import Cleaner  # noqa: E402
-from cleanerd.compaction.engine import clean_once, plan_log  # noqa: E402
-from cleanerd.compaction.offset_map import OffsetMap, slot_bytes  # noqa: E402
+from cleanerd.compaction import Cleaner, OffsetMap, clean_once, plan_log, slot_bytes  # noqa: E402
+from cleanerd.format import Compression, Record, build_batch, index_batches, scan_batches  # noqa: E402
 from cleanerd.format import kernels as k  # noqa: E402
-from cleanerd.format.builder import build_batch  # noqa: E402
-from cleanerd.format.codecs import Compression  # noqa: E402
-from cleanerd.format.reader import index_batches, scan_batches  # noqa: E402
-from cleanerd.format.records import Record  # noqa: E402
-from cleanerd.storage.partition import PartitionLog  # noqa: E402
-from cleanerd.topic_model import (  # noqa: E402
-    LogConfig,
-    StrategyConfig,
-    TopicCleanerConfig,
-)
+from cleanerd.storage import PartitionLog  # noqa: E402
+from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig  # noqa: E402
 
 PARTITION_VERSION = 1  # bump when the partition layout changes, so old caches are not reused
 PARTITION = "bench-0"

@@ -44,15 +44,34 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     from cleanerd._jitcache import configure_numba_cache  # noqa: PLC0415
 
     configure_numba_cache()  # before numba loads: importing cleanerd chooses none
-    from cleanerd.compaction.cleaner import Cleaner  # noqa: PLC0415
-    from cleanerd.compaction.offset_map import OffsetMap  # noqa: PLC0415
-    from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint, plan  # noqa: PLC0415
-    from cleanerd.storage.partition import PartitionLog  # noqa: PLC0415
-    from cleanerd.topic_model import (  # noqa: PLC0415
-        LogConfig,
-        StrategyConfig,
-        TopicCleanerConfig,
-    )
+    try:  # the tree's front doors; a base tree from before them has the modules' old names
+        from cleanerd.compaction import (  # noqa: PLC0415
+            Cleaner,
+            LogMeta,
+            OffsetMap,
+            cleaner_checkpoint,
+            plan,
+        )
+        from cleanerd.storage import PartitionLog  # noqa: PLC0415
+        from cleanerd.topics import (  # noqa: PLC0415
+            LogConfig,
+            StrategyConfig,
+            TopicCleanerConfig,
+        )
+    except ImportError:
+        from cleanerd.compaction.cleaner import Cleaner  # type: ignore[import-not-found,no-redef] # noqa: PLC0415
+        from cleanerd.compaction.offset_map import OffsetMap  # type: ignore[import-not-found,no-redef] # noqa: PLC0415
+        from cleanerd.compaction.plan import (  # type: ignore[import-not-found,no-redef] # noqa: PLC0415
+            LogMeta,
+            cleaner_checkpoint,
+            plan,
+        )
+        from cleanerd.storage.partition import PartitionLog  # type: ignore[import-not-found,no-redef] # noqa: PLC0415
+        from cleanerd.topic_model import (  # type: ignore[import-not-found,no-redef] # noqa: PLC0415
+            LogConfig,
+            StrategyConfig,
+            TopicCleanerConfig,
+        )
 
     if not cleanerd.__file__ or not cleanerd.__file__.startswith(spec["tree"]):
         raise SystemExit(f"imported {cleanerd.__file__}, not the tree {spec['tree']}")

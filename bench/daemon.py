@@ -59,8 +59,8 @@ from _daemon_support import (  # noqa: E402
 from _facts import emit  # noqa: E402
 
 from cleanerd.config import CleanerdConfig  # noqa: E402
-from cleanerd.scheduling.manager import CleanerManager  # noqa: E402
-from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT  # noqa: E402
+from cleanerd.scheduling import CleanerManager  # noqa: E402
+from cleanerd.storage import CLEANER_OFFSET_CHECKPOINT  # noqa: E402
 from cleanerd.workload import WorkloadSpec  # noqa: E402
 
 KEYS = 10_000

@@ -51,18 +51,21 @@ import numba  # noqa: E402
 from _facts import emit  # noqa: E402
 from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
-from cleanerd.format import crc, reader  # noqa: E402
-from cleanerd.format import kernels as k  # noqa: E402
-from cleanerd.format.builder import build_batch  # noqa: E402
-from cleanerd.format.codecs import Compression  # noqa: E402
-from cleanerd.format.header import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE  # noqa: E402
-from cleanerd.format.reader import (  # noqa: E402
+from cleanerd.format import (  # noqa: E402
+    ATTR_CODEC_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    Compression,
+    Record,
     as_uint8,
+    build_batch,
+    first_bad_crc,
+    first_bad_crc_each,
     index_and_hash,
     index_batches,
+    lay_out,
     scan_batches,
 )
-from cleanerd.format.records import Record  # noqa: E402
+from cleanerd.format import kernels as k  # noqa: E402
 
 GENERATOR_VERSION = 1  # bump when the generated data changes, so old caches are not reused
 BASE_TIMESTAMP = 1_763_769_600_000  # 2025-11-22T00:00:00Z, one record per millisecond after it
@@ -257,11 +260,11 @@ def breakdown(arr: np.ndarray, repeat: int) -> dict[str, float]:
     mv = arr.data
 
     def crc_kernel() -> None:  # what scan_batches and index_and_hash(check_crc=True) run
-        if crc.first_bad_crc(arr, batches) >= 0:
+        if first_bad_crc(arr, batches) >= 0:
             raise RuntimeError("CRC mismatch")
 
     def crc_loop() -> None:  # the library, one call per batch (CPUs without SSE4.2)
-        if crc.first_bad_crc_each(arr, batches, 0, batches.shape[0], release_gil=False) >= 0:
+        if first_bad_crc_each(arr, batches, 0, batches.shape[0], release_gil=False) >= 0:
             raise RuntimeError("CRC mismatch")
 
     def crc_only() -> None:  # the CRC32C work alone, without the per-batch Python loop
@@ -270,7 +273,7 @@ def breakdown(arr: np.ndarray, repeat: int) -> dict[str, float]:
     compressed = bool((batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
 
     def payloads() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        laid = reader.lay_out(arr, batches)
+        laid = lay_out(arr, batches)
         return laid.buffer, laid.starts, laid.ends
 
     payload, starts, ends = payloads()

@@ -43,15 +43,11 @@ configure_numba_cache()  # before numba loads: importing cleanerd chooses no cac
 
 from _facts import emit  # noqa: E402
 
-from cleanerd.compaction.cleaner import Cleaner  # noqa: E402
-from cleanerd.compaction.engine import clean_once, open_log  # noqa: E402
-from cleanerd.compaction.offset_map import OffsetMap  # noqa: E402
-from cleanerd.format.reader import index_batches  # noqa: E402
-from cleanerd.format.records import Record  # noqa: E402
-from cleanerd.format.scan import scan_batches  # noqa: E402
-from cleanerd.snapshot.build import DEFAULT_BUDGET, create_snapshot, load_state  # noqa: E402
-from cleanerd.storage.snapshot_files import list_snapshots  # noqa: E402
-from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig  # noqa: E402
+from cleanerd.compaction import Cleaner, OffsetMap, clean_once, open_log  # noqa: E402
+from cleanerd.format import Record, index_batches, scan_batches  # noqa: E402
+from cleanerd.snapshot import DEFAULT_BUDGET, create_snapshot, load_state  # noqa: E402
+from cleanerd.storage import list_snapshots  # noqa: E402
+from cleanerd.topics import StrategyConfig, TopicCleanerConfig  # noqa: E402
 
 STRATEGY = StrategyConfig()
 CONFIG = TopicCleanerConfig(compact=True, delete=False, min_cleanable_dirty_ratio=0.0)

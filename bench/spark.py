@@ -61,8 +61,7 @@ configure_numba_cache()  # before numba loads: importing cleanerd chooses no cac
 
 from _facts import emit  # noqa: E402
 
-from cleanerd.spark.read import read_log  # noqa: E402
-from cleanerd.spark.session import build_session  # noqa: E402
+from cleanerd.spark import build_session, read_log  # noqa: E402
 from cleanerd.workload import WorkloadSpec, generate  # noqa: E402
 
 NOW = 1_800_000_000_000
@@ -250,7 +249,7 @@ def _size(logdir: Path) -> int:
 # --- compact ------------------------------------------------------------------------------------
 def compact_data(out: Path, name: str, partitions: int, records: int) -> Path:
     """A cached log dir of ``partitions`` rolled partitions of ``records`` records each."""
-    from cleanerd.storage.partition import PartitionLog  # noqa: PLC0415
+    from cleanerd.storage import PartitionLog  # noqa: PLC0415
 
     logdir = out / f"spark-compact-v{COMPACT_VERSION}-{name}-{partitions}x{records}"
     if (logdir / "done").exists():
@@ -285,12 +284,8 @@ def _copy(logdir: Path, work: Path, name: str) -> Path:
 
 
 def _jobs(logdir: Path) -> list[Any]:
-    from cleanerd.spark.compact import PartitionJob  # noqa: PLC0415
-    from cleanerd.topic_model import (  # noqa: PLC0415
-        LogConfig,
-        StrategyConfig,
-        TopicCleanerConfig,
-    )
+    from cleanerd.spark import PartitionJob  # noqa: PLC0415
+    from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig  # noqa: PLC0415
 
     cleaner = dataclasses.replace(TopicCleanerConfig(), delete_retention_ms=0)
     return [
@@ -309,7 +304,7 @@ def _digest(logdir: Path) -> str:
 
 
 def _local(logdir: Path, map_bytes: int) -> float:
-    from cleanerd.compaction.one_shot import compact_directory  # noqa: PLC0415
+    from cleanerd.compaction import compact_directory  # noqa: PLC0415
 
     started = time.monotonic()
     for job in _jobs(logdir):
@@ -320,7 +315,7 @@ def _local(logdir: Path, map_bytes: int) -> float:
 
 
 def _on_spark(spark: Any, logdir: Path, options: Any) -> tuple[float, list[Any]]:
-    from cleanerd.spark.compact import compact_on_spark  # noqa: PLC0415
+    from cleanerd.spark import compact_on_spark  # noqa: PLC0415
 
     started = time.monotonic()
     outcomes = compact_on_spark(spark, _jobs(logdir), options)
@@ -339,8 +334,8 @@ def _phases(outcome: Any) -> dict[str, Any]:
 
 
 def bench_compact(spark: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from cleanerd.spark.compact import Options, Plan, map_bytes_needed  # noqa: PLC0415
-    from cleanerd.topic_model import StrategyConfig  # noqa: PLC0415
+    from cleanerd.spark import Options, Plan, map_bytes_needed  # noqa: PLC0415
+    from cleanerd.topics import StrategyConfig  # noqa: PLC0415
 
     work = args.work or args.out / "spark-compact-work"
     work.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """Named structlog loggers for every layer; only the daemon decides where they write.
 
 Below service/ so the synchronous scheduler can log without importing the asyncio package;
-``service/logging.py`` configures the output and turns ``LOGGER_NAME_KEY`` into ``logger``.
+``service/_logging.py`` configures the output and turns ``LOGGER_NAME_KEY`` into ``logger``.
 """
 
 from __future__ import annotations

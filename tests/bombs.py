@@ -16,14 +16,11 @@ import cramjam
 import lz4.frame
 import zstandard
 
+from cleanerd.format import Compression, Record, compress, scan_batches
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, finish_crc
-from cleanerd.format.codecs import Compression, compress
+from cleanerd.format._builder import build_batch, finish_crc
 from cleanerd.format.layout import ATTRIBUTES_AT, LENGTH_AT
-from cleanerd.format.reader import scan_batches
-from cleanerd.format.records import Record
-from cleanerd.workload.generator import generate
-from cleanerd.workload.spec import WorkloadSpec
+from cleanerd.workload import WorkloadSpec, generate
 
 GIB = 1 << 30
 _STEP = 64 << 20

@@ -24,7 +24,7 @@ settings.register_profile("default", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
-# Spark's Python workers run this interpreter (cleanerd.spark.session sets it too, but here it is
+# Spark's Python workers run this interpreter (cleanerd.spark._session sets it too, but here it is
 # set before any test, so the environment check below sees it unchanged).
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -84,7 +84,7 @@ def kafka_fixtures() -> Path:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One ``local[2]`` SparkSession for the whole run: a session takes about 10 s to start."""
-    from cleanerd.spark.session import build_session  # noqa: PLC0415 (pyspark loads on use)
+    from cleanerd.spark._session import build_session  # noqa: PLC0415 (pyspark loads on use)
 
     session = build_session("local[2]", app_name="cleanerd-tests")
     yield session

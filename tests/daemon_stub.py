@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cleanerd.scheduling.state import PartitionStatus
-from cleanerd.service.snapshot import DaemonSnapshot
-from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.scheduling import PartitionStatus
+from cleanerd.service import DaemonSnapshot
+from cleanerd.storage import TopicPartition
 
 
 class OnePartition:

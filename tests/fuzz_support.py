@@ -24,10 +24,9 @@ from click.testing import CliRunner
 
 from cleanerd.cli import cli
 from cleanerd.format import kernels as k
-from cleanerd.format.reader import scan_batches
-from cleanerd.inspect.verify import verify_path
-from cleanerd.storage.files import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX
-from cleanerd.storage.partition import PartitionLog
+from cleanerd.format import scan_batches
+from cleanerd.inspect import verify_path
+from cleanerd.storage import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, PartitionLog
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 from tests.fuzz_mutations import Mutant, make_mutant
 

@@ -1,4 +1,4 @@
-"""Plan B's ``before_write`` hooks for the tests (``cleanerd.spark.plan_b.BEFORE_WRITE_CONF``).
+"""Plan B's ``before_write`` hooks for the tests.
 
 They run in Spark's Python workers, which import this file by its module name once a test has
 shipped it with ``SparkContext.addPyFile`` (``ship``). Each takes the write task's group number

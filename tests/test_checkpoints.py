@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleanerd.storage import checkpoints as cp
-from cleanerd.storage.checkpoints import (
+from cleanerd.storage import TopicPartition as TP
+from cleanerd.storage import _checkpoints as cp
+from cleanerd.storage._checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -31,8 +32,7 @@ from cleanerd.storage.checkpoints import (
     write_offset_checkpoint,
     write_partition_metadata,
 )
-from cleanerd.storage.errors import CheckpointError, StorageError
-from cleanerd.storage.topic_partition import TopicPartition as TP
+from cleanerd.storage._errors import CheckpointError, StorageError
 
 TOPIC_ID = "AAECAwQFBgcICQoLDA0ODw"  # bytes 0..15, as Kafka's Uuid.toString prints them
 FUZZ = settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])

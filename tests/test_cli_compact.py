@@ -23,14 +23,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
-from cleanerd.cli.compact import _print_table
-from cleanerd.compaction.one_shot import compact_partition
-from cleanerd.compaction.plan import cleaner_checkpoint
-from cleanerd.compaction.summary import CompactionProgress
+from cleanerd.cli._compact import _print_table
+from cleanerd.compaction import CompactionProgress, cleaner_checkpoint, compact_partition
 from cleanerd.format import kernels as k
-from cleanerd.inspect.verify import verify_path
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.topic_model import StrategyConfig, TopicCleanerConfig
+from cleanerd.inspect import verify_path
+from cleanerd.storage import PartitionLog
+from cleanerd.topics import StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 
 NOW = 1_800_000_000_000

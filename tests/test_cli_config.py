@@ -9,7 +9,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cleanerd.cli.config_cmd import config_group, config_options, load_from_options
+from cleanerd.cli._config import config_group, config_options, load_from_options
 from cleanerd.spark import SparkMissingError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -212,7 +212,7 @@ def test_check_refuses_a_spark_master_without_the_spark_extra(
     def missing() -> None:
         raise SparkMissingError("the Spark engine needs the spark extra: pip install ...")
 
-    monkeypatch.setattr("cleanerd.cli.config_cmd.require_pyspark", missing)
+    monkeypatch.setattr("cleanerd.cli._config.require_pyspark", missing)
     code, out, err = run("check", "--set", "cleanerd.engine.spark.master=local[2]")
     assert code == 2
     assert "config ok" not in out

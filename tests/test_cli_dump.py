@@ -21,18 +21,20 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from cleanerd.cli.dump import dump
+from cleanerd.cli._dump import dump
+from cleanerd.format import Compression, Record, scan_batches
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, finish_crc
-from cleanerd.format.codecs import Compression
-from cleanerd.format.reader import scan_batches
-from cleanerd.format.records import Record
-from cleanerd.storage.checkpoints import write_offset_checkpoint, write_partition_metadata
-from cleanerd.storage.index import OffsetIndex, TimeIndex
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
-from cleanerd.topic_model import LogConfig
+from cleanerd.format._builder import build_batch, finish_crc
+from cleanerd.storage import (
+    AbortedTxn,
+    OffsetIndex,
+    PartitionLog,
+    TimeIndex,
+    TopicPartition,
+    TransactionIndex,
+)
+from cleanerd.storage._checkpoints import write_offset_checkpoint, write_partition_metadata
+from cleanerd.topics import LogConfig
 
 CONFIG = LogConfig(segment_bytes=1200, index_interval_bytes=200)
 NOW = 1_700_000_000_000

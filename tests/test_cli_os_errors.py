@@ -23,11 +23,10 @@ import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
-from cleanerd.cli.errors import os_error_line
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig
+from cleanerd.cli._errors import os_error_line
+from cleanerd.format import Record
+from cleanerd.storage import PartitionLog, TopicPartition
+from cleanerd.topics import LogConfig
 
 REPO = Path(__file__).resolve().parents[1]
 NOBODY = 65534

@@ -19,15 +19,15 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
-from cleanerd.cli.plan import read_log_meta
-from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint
-from cleanerd.storage.checkpoints import (
+from cleanerd.cli._plan import read_log_meta
+from cleanerd.compaction import LogMeta, cleaner_checkpoint
+from cleanerd.storage import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    PartitionLog,
+    TopicPartition,
     write_offset_checkpoint,
 )
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.workload import WorkloadSpec, generate
 
 NOW = 1_800_000_000_000

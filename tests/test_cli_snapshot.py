@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cleanerd.cli.snapshot_cmd import snapshot_group
+from cleanerd.cli._snapshot import snapshot_group
 
 
 def _gen(logdir: Path) -> Path:

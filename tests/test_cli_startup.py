@@ -48,20 +48,20 @@ def _cache_files(cache: Path) -> dict[str, tuple[int, int]]:
 # kernels each command needs on its first run (scan, CRC, record index, map, decide, rebuild,
 # write), one signature at least of each
 _KERNELS = (
-    "format.walk.walk_batches",
-    "format.crc.batch_crcs",
-    "format.record_index.index_records_into",
-    "compaction.fused.map_records",
-    "compaction.fused.decide_records",
-    "compaction.fused.mark_winners",
-    "compaction.fused.mark_winners_sparse",
-    "compaction.rebuild.splice_records",
-    "compaction.rebuild.write_batches",
+    "format._walk.walk_batches",
+    "format._crc.batch_crcs",
+    "format._record_index.index_records_into",
+    "compaction._record_kernels.map_records",
+    "compaction._record_kernels.decide_records",
+    "compaction._record_kernels.mark_winners",
+    "compaction._record_kernels.mark_winners_sparse",
+    "compaction._rebuild.splice_records",
+    "compaction._rebuild.write_batches",
     "compaction.strategy.record_versions",
-    "compaction.writer.gather",
-    "compaction.offset_map._put_batch",
-    "spark.columns._gather",  # cleanerd spark's Arrow columns (the spark extra is installed)
-    "spark.columns._header_fields",
+    "compaction._writer.gather",
+    "compaction._offset_map._put_batch",
+    "spark._columns._gather",  # cleanerd spark's Arrow columns (the spark extra is installed)
+    "spark._columns._header_fields",
 )
 
 
@@ -85,7 +85,7 @@ def test_warmup_compiles_every_kernel_path(warm_cache: tuple[Path, dict[str, obj
     for kernel in _KERNELS:
         assert any(c.startswith(f"cleanerd.{kernel}(") for c in compiled), kernel
     # read-only (mmapped segment) and writable (rebuilt buffer) arrays are two signatures
-    walks = [c for c in compiled if c.startswith("cleanerd.format.walk.walk_batches(")]
+    walks = [c for c in compiled if c.startswith("cleanerd.format._walk.walk_batches(")]
     assert len(walks) == 2
     assert report["kernels_loaded_from_cache"] == 0
     assert any(p.suffix == ".nbc" for p in cache.rglob("*"))
@@ -142,7 +142,7 @@ def test_help_and_version_import_no_numba_and_no_aiohttp(args: tuple[str, ...]) 
     heavy = sorted(m for m in modules if m.split(".")[0] in {"numba", "aiohttp", "numpy"})
     assert heavy == []
     commands = sorted(m for m in modules if m.startswith("cleanerd.cli.") and m != "cleanerd.cli")
-    assert commands == ["cleanerd.cli.early_stop", "cleanerd.cli.errors"]
+    assert commands == ["cleanerd.cli._early_stop", "cleanerd.cli._errors"]
 
 
 def test_help_lists_every_command_with_its_short_help() -> None:

@@ -18,19 +18,21 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from cleanerd.cli.verify import verify
+from cleanerd.cli._verify import verify
+from cleanerd.format import Compression, Record, scan_batches
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import finish_crc
-from cleanerd.format.codecs import Compression
-from cleanerd.format.reader import scan_batches
-from cleanerd.format.records import Record
-from cleanerd.inspect import segment_checks
-from cleanerd.storage.checkpoints import write_offset_checkpoint, write_partition_metadata
-from cleanerd.storage.index import OffsetIndex, TimeIndex
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
-from cleanerd.topic_model import LogConfig
+from cleanerd.format._builder import finish_crc
+from cleanerd.inspect import _segment_checks as segment_checks
+from cleanerd.storage import (
+    AbortedTxn,
+    OffsetIndex,
+    PartitionLog,
+    TimeIndex,
+    TopicPartition,
+    TransactionIndex,
+)
+from cleanerd.storage._checkpoints import write_offset_checkpoint, write_partition_metadata
+from cleanerd.topics import LogConfig
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=150)
 NOW = 1_700_000_000_000

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.format.header import HEADER_SIZE
+from cleanerd.format import HEADER_SIZE
 from tests.fuzz_mutations import Mutant
 from tests.fuzz_support import (
     CODECS,

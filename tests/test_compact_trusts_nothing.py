@@ -15,11 +15,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
+from cleanerd.format import ATTR_TRANSACTIONAL, scan_batches
 from cleanerd.format import kernels as k
-from cleanerd.format.header import ATTR_TRANSACTIONAL
-from cleanerd.format.reader import scan_batches
-from cleanerd.inspect.verify import verify_path
-from cleanerd.storage.repairs import Repairs
+from cleanerd.inspect import verify_path
+from cleanerd.storage import Repairs
 from cleanerd.workload import WorkloadSpec, generate
 
 NOW = "9999999999999"

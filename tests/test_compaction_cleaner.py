@@ -17,24 +17,24 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cleanerd.compaction.build_map import build_offset_map
-from cleanerd.compaction.cleaner import Cleaner, CleaningAbortedError, CleanResult, segment_sizes
-from cleanerd.compaction.engine import plan_log
-from cleanerd.compaction.grouping import SegmentSizes, group_segments
-from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
-from cleanerd.compaction.plan import CleaningPlan, cleaner_checkpoint
-from cleanerd.compaction.stats import CleanerStats
-from cleanerd.compaction.transactions import NEVER_EXPIRE
+from cleanerd.compaction import (
+    CleanerStats,
+    CleaningPlan,
+    OffsetMap,
+    cleaner_checkpoint,
+    plan_log,
+    slot_bytes,
+)
+from cleanerd.compaction._build_map import build_offset_map
+from cleanerd.compaction._cleaner import Cleaner, CleaningAbortedError, CleanResult, segment_sizes
+from cleanerd.compaction._grouping import SegmentSizes, group_segments
+from cleanerd.compaction._transactions import NEVER_EXPIRE
+from cleanerd.format import INT_MAX as INT32_MAX
+from cleanerd.format import Record, RecordBatch, build_batch, scan_batches
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch
-from cleanerd.format.limits import INT_MAX as INT32_MAX
-from cleanerd.format.reader import RecordBatch, scan_batches
-from cleanerd.format.records import Record
-from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.files import LOG_SUFFIX, segment_file
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.txnindex import AbortedTxn
-from cleanerd.topic_model import LogConfig, StrategyConfig, TopicCleanerConfig
+from cleanerd.inspect._verify import verify_partition
+from cleanerd.storage import LOG_SUFFIX, AbortedTxn, PartitionLog, segment_file
+from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 
 DAY = 86_400_000  # delete.retention.ms default
 LARGE_TS = 2**63 - 1 - DAY - 1  # Kafka's largeTimestamp

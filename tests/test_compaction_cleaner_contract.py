@@ -15,28 +15,32 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
-from cleanerd.compaction import writer as writer_mod
-from cleanerd.compaction.cleaner import Cleaner, segment_sizes
-from cleanerd.compaction.grouping import group_segments
-from cleanerd.compaction.rebuild import NO_HORIZON, rebuild_batches
-from cleanerd.compaction.throttle import Throttler
-from cleanerd.format import crc as crc_mod
+from cleanerd.compaction import Throttler
+from cleanerd.compaction import _writer as writer_mod
+from cleanerd.compaction._cleaner import Cleaner, segment_sizes
+from cleanerd.compaction._grouping import group_segments
+from cleanerd.compaction._rebuild import NO_HORIZON, rebuild_batches
+from cleanerd.format import (
+    ATTR_DELETE_HORIZON,
+    Compression,
+    CorruptRecordError,
+    Record,
+    build_batch,
+    index_batches,
+    records_from_index,
+    scan_batches,
+)
+from cleanerd.format import _crc as crc_mod
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch
-from cleanerd.format.codecs import Compression
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import ATTR_DELETE_HORIZON
-from cleanerd.format.reader import index_batches, records_from_index, scan_batches
-from cleanerd.format.records import Record
-from cleanerd.storage import chunks as chunks_mod
-from cleanerd.storage.checkpoints import (
+from cleanerd.storage import (
     CLEANER_OFFSET_CHECKPOINT,
+    PartitionLog,
+    TopicPartition,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig
+from cleanerd.storage import _chunks as chunks_mod
+from cleanerd.topics import LogConfig, Strategy, StrategyConfig
 from tests.test_compaction_cleaner import (
     DAY,
     LARGE_TS,

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from cleanerd.compaction.cleaner import Cleaner
-from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.partition import PartitionLog
+from cleanerd.compaction import Cleaner
+from cleanerd.inspect._verify import verify_partition
+from cleanerd.storage import PartitionLog
 from tests.test_compaction_cleaner import (
     LARGE_TS,
     OFFSET,

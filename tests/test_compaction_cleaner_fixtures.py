@@ -17,10 +17,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
-from cleanerd.compaction.cleaner import Cleaner
-from cleanerd.compaction.plan import cleaner_checkpoint
-from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.partition import PartitionLog
+from cleanerd.compaction import Cleaner, cleaner_checkpoint
+from cleanerd.inspect._verify import verify_partition
+from cleanerd.storage import PartitionLog
 from tests.test_compaction_cleaner import (
     OFFSET,
     clean_until_done,

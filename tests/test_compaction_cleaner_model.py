@@ -19,13 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
-from cleanerd.format.builder import build_batch, build_end_txn_marker
-from cleanerd.format.codecs import Compression
-from cleanerd.format.records import Header, Record
-from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig
+from cleanerd.compaction import OffsetMap, slot_bytes
+from cleanerd.format import Compression, Header, Record, build_batch, build_end_txn_marker
+from cleanerd.inspect._verify import verify_partition
+from cleanerd.storage import PartitionLog
+from cleanerd.topics import LogConfig, Strategy, StrategyConfig
 from tests.compaction_model import ModelRecord, survivors
 from tests.test_compaction_cleaner import (
     DAY,

@@ -9,12 +9,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cleanerd.compaction import fused
-from cleanerd.compaction.batches import payloads
-from cleanerd.compaction.offset_map import OffsetMap
+from cleanerd.compaction import OffsetMap
+from cleanerd.compaction import _record_kernels as fused
+from cleanerd.compaction._batches import payloads
+from cleanerd.format import Record, build_batch
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch
-from cleanerd.format.records import Record
 
 Arr = np.ndarray[Any, Any]
 

@@ -14,20 +14,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cleanerd.compaction.map_table import ZERO_HASH_REMAP
-from cleanerd.compaction.offset_map import (
+from cleanerd.compaction._map_table import ZERO_HASH_REMAP
+from cleanerd.compaction._offset_map import (
     OFFSET_SLOT_BYTES,
     VERSIONED_SLOT_BYTES,
     OffsetMap,
     slot_bytes,
 )
-from cleanerd.compaction.strategy import compute_versions, record_versions, wins
+from cleanerd.compaction._strategy import compute_versions, record_versions, wins
+from cleanerd.format import Compression, Record, build_batch
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch
-from cleanerd.format.codecs import Compression
-from cleanerd.format.reader import decode_headers, index_batches, scan_batches
-from cleanerd.format.records import Record
-from cleanerd.topic_model import Strategy, StrategyConfig
+from cleanerd.format._reader import decode_headers, index_batches, scan_batches
+from cleanerd.topics import Strategy, StrategyConfig
 
 FUZZ = settings(max_examples=150)
 TIMESTAMP = StrategyConfig(Strategy.TIMESTAMP)

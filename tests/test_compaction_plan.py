@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cleanerd.compaction.plan import (
+from cleanerd.compaction._cleaning_plan import (
     CleaningPlan,
     LogMeta,
     SegmentMeta,
@@ -24,18 +24,21 @@ from cleanerd.compaction.plan import (
     rank,
     segments_between,
 )
-from cleanerd.format.limits import LONG_MAX
-from cleanerd.format.records import Record
-from cleanerd.storage.checkpoints import (
+from cleanerd.format import LONG_MAX, Record
+from cleanerd.storage import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    PartitionLog,
+    TopicPartition,
     write_offset_checkpoint,
 )
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_catalog import InvalidTopicConfigError, parse_cleanup_policy
-from cleanerd.topic_model import LogConfig, TopicCleanerConfig
+from cleanerd.topics import (
+    InvalidTopicConfigError,
+    LogConfig,
+    TopicCleanerConfig,
+    parse_cleanup_policy,
+)
 
 TP = TopicPartition("t", 0)
 HOUR = 60 * 60 * 1000

@@ -1,4 +1,4 @@
-"""``storage.chunks.release``: a pass drops the mapped pages it is done with (resident memory stays
+"""``storage._chunks.release``: a pass drops the mapped pages it is done with (resident memory stays
 about one chunk per segment however large the segment)."""
 
 from __future__ import annotations
@@ -9,13 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint
-from cleanerd.format.builder import build_batch
-from cleanerd.format.records import Record
-from cleanerd.storage import chunks as chunks_mod
-from cleanerd.storage.chunks import iter_chunks, release
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.topic_model import LogConfig
+from cleanerd.compaction import LogMeta, cleaner_checkpoint
+from cleanerd.format import Record, build_batch
+from cleanerd.storage import PartitionLog, iter_chunks, release
+from cleanerd.storage import _chunks as chunks_mod
+from cleanerd.topics import LogConfig
 
 PAGE = mmap.PAGESIZE
 

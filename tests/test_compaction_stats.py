@@ -9,14 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction.cleaner import Cleaner
-from cleanerd.compaction.engine import plan_log
-from cleanerd.compaction.offset_map import OffsetMap
-from cleanerd.compaction.stats import CleanerStats, PreCleanStats
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig, StrategyConfig, TopicCleanerConfig
+from cleanerd.compaction import Cleaner, OffsetMap, plan_log
+from cleanerd.compaction._stats import CleanerStats, PreCleanStats
+from cleanerd.format import Record
+from cleanerd.storage import PartitionLog, TopicPartition
+from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 
 MB = 1024 * 1024  # Kafka's MB in its log message
 

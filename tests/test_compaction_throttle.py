@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cleanerd.compaction.throttle import CONFIG_NAME, DEFAULT_CHECK_INTERVAL_S, Throttler
+from cleanerd.compaction._throttle import CONFIG_NAME, DEFAULT_CHECK_INTERVAL_S, Throttler
 
 
 class FakeClock:

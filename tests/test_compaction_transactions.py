@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction.transactions import (
+from cleanerd.compaction._transactions import (
     BatchDecision,
     BatchRetention,
     BatchView,
@@ -26,12 +26,15 @@ from cleanerd.compaction.transactions import (
     batch_retention,
     last_records_of_active_producers,
 )
-from cleanerd.format.builder import build_batch, build_end_txn_marker
-from cleanerd.format.control import ControlType, parse_control_key
-from cleanerd.format.reader import scan_batches
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
+from cleanerd.format import (
+    ControlType,
+    Record,
+    build_batch,
+    build_end_txn_marker,
+    parse_control_key,
+    scan_batches,
+)
+from cleanerd.storage import AbortedTxn, PartitionLog, TransactionIndex
 
 ABORT, COMMIT = ControlType.ABORT, ControlType.COMMIT
 DAY = 86_400_000  # delete.retention.ms default

@@ -17,14 +17,13 @@ from cleanerd.config import (
     load_config,
     restart_only,
 )
-from cleanerd.config_sources import (
+from cleanerd.config._sources import (
     DAEMON_DEFAULTS,
     env_name,
     parse_listen,
     parse_properties,
 )
-from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS
-from cleanerd.topic_model import Strategy, TopicSettings
+from cleanerd.topics import BROKER_TOPIC_DEFAULTS, Strategy, TopicSettings
 
 MIB = 1 << 20
 

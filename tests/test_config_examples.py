@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
-from cleanerd.cli.config_cmd import config_group
+from cleanerd.cli._config import config_group
 from cleanerd.config import FIELDS, LISTEN, load_config
-from cleanerd.config_sources import ALIASES, DAEMON_DEFAULTS, TIME_SYNONYMS
-from cleanerd.topic_catalog import BROKER_TOPIC_DEFAULTS, TOPIC_SETTINGS
+from cleanerd.config._sources import ALIASES, DAEMON_DEFAULTS, TIME_SYNONYMS
+from cleanerd.topics._catalog import BROKER_TOPIC_DEFAULTS, TOPIC_SETTINGS
 from cleanerd.workload import WorkloadSpec, generate
 
 CONFIG = Path(__file__).resolve().parents[1] / "config"

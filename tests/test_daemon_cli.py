@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.service.metrics_doc import METRICS_DOC
-from cleanerd.storage.logdir import LogDir
+from cleanerd.service._metrics_doc import METRICS_DOC
+from cleanerd.storage import LogDir
 from tests.e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
 
 

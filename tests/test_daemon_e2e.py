@@ -17,10 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.workload.check import check_survivors
-from cleanerd.workload.live import LiveWriter
+from cleanerd.storage import PartitionLog, TopicPartition
+from cleanerd.workload import LiveWriter, check_survivors
 from tests.e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 BACKOFF_MS = 300

@@ -13,12 +13,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from cleanerd.compaction.engine import open_log
-from cleanerd.snapshot.build import load_state
-from cleanerd.storage.snapshot_files import list_snapshots
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import StrategyConfig
-from cleanerd.workload.live import LiveWriter
+from cleanerd.compaction import open_log
+from cleanerd.snapshot import load_state
+from cleanerd.storage import TopicPartition, list_snapshots
+from cleanerd.topics import StrategyConfig
+from cleanerd.workload import LiveWriter
 from tests.e2e_support import DaemonProcess, Samples, poll_until, sample_value, write_config
 
 SNAP = TopicPartition("snap", 0)

@@ -20,13 +20,11 @@ from typing import Any
 import pytest
 
 from cleanerd.config import load_config
-from cleanerd.format.records import Record
-from cleanerd.scheduling.survey import Survey
-from cleanerd.service.daemon import Daemon
-from cleanerd.storage.logdir import LogDir
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig
+from cleanerd.format import Record
+from cleanerd.scheduling import Survey
+from cleanerd.service import Daemon
+from cleanerd.storage import LogDir, PartitionLog, TopicPartition
+from cleanerd.topics import LogConfig
 from tests.e2e_support import DaemonProcess, poll_until, write_config
 
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from cleanerd.service.metrics_doc import METRICS_DOC
+from cleanerd.service._metrics_doc import METRICS_DOC
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARD = REPO / "deploy" / "grafana" / "cleanerd.json"

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cleanerd.scheduling.state import CleaningState, PartitionStatus
-from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.snapshot import DaemonSnapshot
-from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.scheduling import CleaningState, PartitionStatus
+from cleanerd.service import DaemonSnapshot
+from cleanerd.service._metrics import DaemonMetrics
+from cleanerd.storage import TopicPartition
 from tests.e2e_support import HOST, DaemonProcess, free_port, poll_until, sample_value, write_config
 from tests.test_deploy_grafana import concrete_queries, documented_samples, metric_names
 

@@ -21,8 +21,8 @@ import pytest
 
 from cleanerd.cli import COMMANDS, cli
 from cleanerd.config import CleanerdConfig, load_config
-from cleanerd.config_sources import ENV_NAMES
-from cleanerd.service.systemd import SystemdNotifier
+from cleanerd.config._sources import ENV_NAMES
+from cleanerd.service._systemd import SystemdNotifier
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEMD = REPO / "deploy" / "systemd"

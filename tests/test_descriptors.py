@@ -1,7 +1,7 @@
 """Descriptors stay bounded whatever the segment count (issue 9, case 9).
 
 CPython's ``mmap`` holds a duplicate descriptor while it lives, and a cleaning keeps a map per
-segment it walks; ``storage.map_cache`` bounds the kept maps. A partition of more segments than
+segment it walks; ``storage._kept_maps`` bounds the kept maps. A partition of more segments than
 the process may open descriptors must still compact.
 """
 
@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.format.builder import build_batch
-from cleanerd.format.records import Record
-from cleanerd.storage import map_cache
-from cleanerd.storage.partition import PartitionLog
+from cleanerd.format import Record, build_batch
+from cleanerd.storage import PartitionLog
+from cleanerd.storage import _kept_maps as map_cache
 
 SEGMENTS = 600
 PER_SEGMENT = 4

@@ -17,12 +17,11 @@ import crc32c
 import pytest
 from click.testing import CliRunner, Result
 
-from cleanerd.cli.dump import dump
-from cleanerd.format.builder import build_batch
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.producer_snapshot import SnapshotEntry, encode, read_snapshot
-from cleanerd.topic_model import LogConfig
+from cleanerd.cli._dump import dump
+from cleanerd.format import Record, build_batch
+from cleanerd.storage import PartitionLog
+from cleanerd.storage._producer_snapshot import SnapshotEntry, encode, read_snapshot
+from cleanerd.topics import LogConfig
 
 NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=100_000, index_interval_bytes=1)  # an index entry per batch

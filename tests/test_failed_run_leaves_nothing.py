@@ -17,9 +17,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.topic_model import LogConfig
+from cleanerd.format import Record
+from cleanerd.storage import PartitionLog
+from cleanerd.topics import LogConfig
 
 NOW = "9999999999999"
 COUNT_AT = 57  # the record count: the last header field, bytes 57-60 of a batch

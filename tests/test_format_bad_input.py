@@ -17,13 +17,19 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cleanerd.format import (
+    BatchHeader,
+    Compression,
+    CorruptRecordError,
+    Record,
+    compress,
+    index_batches,
+    iter_batches,
+    records_from_index,
+    scan_batches,
+)
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, finish_crc, set_base_offset
-from cleanerd.format.codecs import Compression, compress
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import BatchHeader
-from cleanerd.format.reader import index_batches, iter_batches, records_from_index, scan_batches
-from cleanerd.format.records import Record
+from cleanerd.format._builder import build_batch, finish_crc, set_base_offset
 
 PATH = "/data/orders-3/00000000000000000000.log"
 

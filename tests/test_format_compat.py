@@ -21,8 +21,19 @@ from kafka.record.default_records import (
 )
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
+from cleanerd.format import (
+    BatchHeader,
+    Compression,
+    ControlType,
+    EndTransactionMarker,
+    Record,
+    index_batches,
+    iter_batches,
+    records_from_index,
+    scan_batches,
+)
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import (
+from cleanerd.format._builder import (
     build_batch,
     build_control_batch,
     build_empty_batch,
@@ -30,11 +41,6 @@ from cleanerd.format.builder import (
     set_base_offset,
     set_partition_leader_epoch,
 )
-from cleanerd.format.codecs import Compression
-from cleanerd.format.control import ControlType, EndTransactionMarker
-from cleanerd.format.header import BatchHeader
-from cleanerd.format.reader import index_batches, iter_batches, records_from_index, scan_batches
-from cleanerd.format.records import Record
 
 SETTINGS = settings(
     max_examples=120,

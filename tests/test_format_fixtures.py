@@ -15,16 +15,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cleanerd.format import kernels as k
-from cleanerd.format.header import BatchHeader
-from cleanerd.format.reader import (
+from cleanerd.format import (
+    BatchHeader,
     BatchScan,
+    Record,
     index_batches,
     iter_batches,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format.records import Record
+from cleanerd.format import kernels as k
 from tests import conftest
 
 PARTITIONS = ["small-gzip-hdr-tomb-0", "multiseg-snappy-0"]

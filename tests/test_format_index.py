@@ -14,17 +14,17 @@ import mmh3
 import numpy as np
 import pytest
 
-from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, finish_crc
-from cleanerd.format.codecs import Compression
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.reader import (
+from cleanerd.format import (
+    Compression,
+    CorruptRecordError,
+    Record,
     index_and_hash,
     index_batches,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format.records import Record
+from cleanerd.format import kernels as k
+from cleanerd.format._builder import build_batch, finish_crc
 
 U64 = (1 << 64) - 1
 PATH = "/data/t-0/00000000000000000000.log"

@@ -8,12 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cleanerd.format import Compression, Record
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, build_empty_batch, finish_crc
-from cleanerd.format.codecs import Compression
+from cleanerd.format._builder import build_batch, build_empty_batch, finish_crc
+from cleanerd.format._reader import batch_payload, index_batches, lay_out, scan_batches
 from cleanerd.format.layout import ATTRIBUTES_AT
-from cleanerd.format.reader import batch_payload, index_batches, lay_out, scan_batches
-from cleanerd.format.records import Record
 
 Arr = np.ndarray[Any, Any]
 

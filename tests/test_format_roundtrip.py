@@ -28,23 +28,23 @@ from hypothesis import strategies as st
 from kafka.record.util import decode_varint as kp_decode_varint
 from kafka.record.util import encode_varint as kp_encode_varint
 
-from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, build_empty_batch, encode_records, finish_crc
-from cleanerd.format.codecs import XERIAL_MAGIC, Compression, compress, decompress
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import BatchHeader
-from cleanerd.format.limits import INT_MAX as INT32_MAX
-from cleanerd.format.limits import INT_MIN as INT32_MIN
-from cleanerd.format.limits import LONG_MAX as INT64_MAX
-from cleanerd.format.limits import LONG_MIN as INT64_MIN
-from cleanerd.format.reader import (
+from cleanerd.format import INT_MAX as INT32_MAX
+from cleanerd.format import INT_MIN as INT32_MIN
+from cleanerd.format import LONG_MAX as INT64_MAX
+from cleanerd.format import LONG_MIN as INT64_MIN
+from cleanerd.format import (
+    BatchHeader,
+    CorruptRecordError,
+    Record,
     index_batches,
     iter_batches,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format.records import Record
-from cleanerd.format.varint import (
+from cleanerd.format import kernels as k
+from cleanerd.format._builder import build_batch, build_empty_batch, encode_records, finish_crc
+from cleanerd.format._codecs import XERIAL_MAGIC, Compression, compress, decompress
+from cleanerd.format._varint import (
     read_varint,
     read_varlong,
     varint_size,

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from cleanerd.format import crc
+from cleanerd.format import Compression, Record, build_batch, scan_batches
+from cleanerd.format import _crc as crc
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch
-from cleanerd.format.codecs import Compression
-from cleanerd.format.reader import scan_batches
-from cleanerd.format.records import Record
 
 KERNEL = [True, False] if crc.AVAILABLE else [False]
 

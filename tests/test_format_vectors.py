@@ -5,18 +5,25 @@ from __future__ import annotations
 import crc32c
 import pytest
 
+from cleanerd.format import (
+    BatchHeader,
+    ControlType,
+    EndTransactionMarker,
+    Record,
+    index_batches,
+    iter_batches,
+    parse_control_key,
+    records_from_index,
+    scan_batches,
+)
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import (
+from cleanerd.format._builder import (
     build_batch,
     build_empty_batch,
     build_end_txn_marker,
     set_base_offset,
     set_partition_leader_epoch,
 )
-from cleanerd.format.control import ControlType, EndTransactionMarker, parse_control_key
-from cleanerd.format.header import BatchHeader
-from cleanerd.format.reader import index_batches, iter_batches, records_from_index, scan_batches
-from cleanerd.format.records import Record
 
 
 def _hex(text: str) -> bytes:

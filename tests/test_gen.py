@@ -18,13 +18,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from cleanerd.cli.gen import gen
+from cleanerd.cli._gen import gen
+from cleanerd.format import Compression, ControlType, Record, RecordBatch
 from cleanerd.format import kernels as k
-from cleanerd.format.codecs import Compression
-from cleanerd.format.control import ControlType
-from cleanerd.format.reader import RecordBatch
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage import PartitionLog
 from cleanerd.workload import (
     DEFAULT_START_TIMESTAMP,
     Survivor,

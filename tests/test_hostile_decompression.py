@@ -24,9 +24,17 @@ import zstandard
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
+from cleanerd.format import (
+    MAX_DECOMPRESSED_BYTES,
+    CorruptRecordError,
+    Record,
+    build_batch,
+    index_batches,
+    lay_out,
+    scan_batches,
+)
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch
-from cleanerd.format.codecs import (
+from cleanerd.format._codecs import (
     Compression,
     DecompressedTooLargeError,
     compress,
@@ -35,13 +43,8 @@ from cleanerd.format.codecs import (
     limit_decompression,
     zstd_size_bound,
 )
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.limits import MAX_DECOMPRESSED_BYTES
-from cleanerd.format.reader import index_batches, lay_out, scan_batches
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.workload.generator import generate
-from cleanerd.workload.spec import WorkloadSpec
+from cleanerd.storage import PartitionLog
+from cleanerd.workload import WorkloadSpec, generate
 from tests.bombs import GIB, bomb_batch, bomb_logdir, compressed_bomb, files_of
 from tests.e2e_support import DaemonProcess, poll_until, write_config
 

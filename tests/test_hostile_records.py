@@ -21,11 +21,15 @@ import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
+from cleanerd.format import (
+    BatchHeader,
+    Compression,
+    CorruptRecordError,
+    compress,
+    index_batches,
+    scan_batches,
+)
 from cleanerd.format import kernels as k
-from cleanerd.format.codecs import Compression, compress
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.header import BatchHeader
-from cleanerd.format.reader import index_batches, scan_batches
 from cleanerd.workload import WorkloadSpec, generate
 
 PATH = "/data/t-0/00000000000000000000.log"

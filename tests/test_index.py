@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cleanerd.storage.errors import CorruptIndexError, OffsetOutOfRangeError
-from cleanerd.storage.index import OffsetIndex, TimeIndex
+from cleanerd.storage import OffsetIndex, TimeIndex
+from cleanerd.storage._errors import CorruptIndexError, OffsetOutOfRangeError
 
 BASE = 1000
 

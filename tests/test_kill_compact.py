@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.storage.partition import PartitionLog
+from cleanerd.storage import PartitionLog
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 
 ARGS = ["--delete-retention-ms", "0", "--now", "9999999999999", "--dedupe-buffer-bytes", "65536"]

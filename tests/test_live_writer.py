@@ -11,15 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction.one_shot import compact_directory
-from cleanerd.format.records import Record
-from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, write_offset_checkpoint
-from cleanerd.storage.files import LOG_SUFFIX
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import TopicSettings
-from cleanerd.workload.check import PartitionModel, check_model, check_survivors, load_model
-from cleanerd.workload.live import LiveWriter
+from cleanerd.compaction import compact_directory
+from cleanerd.format import Record
+from cleanerd.storage import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_SUFFIX,
+    PartitionLog,
+    TopicPartition,
+    write_offset_checkpoint,
+)
+from cleanerd.topics import TopicSettings
+from cleanerd.workload import LiveWriter
+from cleanerd.workload._check import PartitionModel, check_model, check_survivors, load_model
 from tests.e2e_support import REPO, poll_until
 
 START = 1_700_000_000_000
@@ -221,7 +224,7 @@ def live_cmd(log_dir: Path, out: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "cleanerd.workload.live",
+        "cleanerd.workload._live",
         str(log_dir),
         "--topics",
         "p,q",

@@ -14,10 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.storage.checkpoints import write_offset_checkpoint
-from cleanerd.storage.errors import LogDirLockedError, StorageError
-from cleanerd.storage.logdir import LogDir, parse_partition_dir_name, validate_topic_name
-from cleanerd.storage.topic_partition import TopicPartition as TP
+from cleanerd.storage import (
+    LogDir,
+    parse_partition_dir_name,
+    validate_topic_name,
+    write_offset_checkpoint,
+)
+from cleanerd.storage import TopicPartition as TP
+from cleanerd.storage._errors import LogDirLockedError, StorageError
 
 UUID_HEX = "0123456789abcdef0123456789abcdef"
 

@@ -15,16 +15,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cleanerd.compaction import cleaner as cleaner_mod
-from cleanerd.compaction.batches import fold_producers
-from cleanerd.compaction.cleaner import Cleaner
-from cleanerd.compaction.plan import LogMeta, cleaner_checkpoint, plan
-from cleanerd.format.builder import build_batch
-from cleanerd.format.reader import scan_batches
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.producer_state import ProducerState, fold_segment, scan_producer_state
-from cleanerd.storage.segment import LogSegment
+from cleanerd.compaction import Cleaner, LogMeta, cleaner_checkpoint, plan
+from cleanerd.compaction import _cleaner as cleaner_mod
+from cleanerd.compaction._batches import fold_producers
+from cleanerd.format import Record, build_batch, scan_batches
+from cleanerd.storage import LogSegment, PartitionLog
+from cleanerd.storage._producer_state import ProducerState, fold_segment, scan_producer_state
 from tests.test_compaction_cleaner import (
     LARGE_TS,
     OFFSET,

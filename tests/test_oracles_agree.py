@@ -1,6 +1,6 @@
 """The two compaction oracles name the same survivors on any log.
 
-``cleanerd/workload/survivors.py`` judges the CLI tests and ``cleanerd gen``;
+``cleanerd/workload/_survivors.py`` judges the CLI tests and ``cleanerd gen``;
 ``tests/compaction_model.py`` judges the engine's property tests. Each is meant to be obviously
 right, but they were written apart, take different inputs (decoded batches and markers in log
 order, versus a flat list whose aborted records the caller marks) and say different things about
@@ -13,7 +13,7 @@ How the representations are mapped:
 * the model gets every data record whose transaction ended (or that is not transactional), with
   ``aborted`` set for ABORTed ones; records of transactions still open at the end lie beyond the
   last stable offset, where the survivors oracle predicts nothing, so the model never sees them;
-* the header version the model is given follows the engine's rule (``compaction/strategy.py``):
+* the header version the model is given follows the engine's rule (``compaction/_strategy.py``):
   the last header with the name decides, and it must hold exactly 8 bytes;
 * tombstones: the model with ``expired_below=0`` keeps every winner, as the survivors oracle
   does (flagged ``tombstone``); with every horizon passed it drops tombstone winners, which the
@@ -29,10 +29,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleanerd.format.builder import build_batch, build_end_txn_marker
-from cleanerd.format.reader import iter_batches
-from cleanerd.format.records import Header, Record
-from cleanerd.workload.survivors import Survivor, SurvivorTracker, expected_survivors
+from cleanerd.format import Header, Record, build_batch, build_end_txn_marker, iter_batches
+from cleanerd.workload import Survivor, SurvivorTracker, expected_survivors
 from tests.compaction_model import ModelRecord, survivors
 
 NAME = "v"  # the header strategy's header name in every log here

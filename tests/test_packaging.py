@@ -100,7 +100,7 @@ def install() -> Iterator[Install]:
 def test_wheel_holds_the_package_its_type_hints_and_the_entry_point(install: Install) -> None:
     names = zipfile.ZipFile(install.wheel).namelist()
     assert "cleanerd/py.typed" in names
-    assert "cleanerd/cli/warmup.py" in names
+    assert "cleanerd/cli/_warmup.py" in names
     assert not [n for n in names if n.startswith("tests/") or "__pycache__" in n]
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(install.wheel).read(entry_points).decode()

@@ -15,16 +15,19 @@ import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
-from cleanerd.compaction.transactions import (
+from cleanerd.compaction._transactions import (
     NEVER_EXPIRE,
     is_producer_expired,
     last_records_of_active_producers,
 )
 from cleanerd.config import ConfigError, load_config
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.producer_state import ProducerEntry
-from cleanerd.topic_catalog import KNOWN_SETTINGS, InvalidTopicConfigError
-from cleanerd.topic_model import TopicCleanerConfig, TopicSettings
+from cleanerd.storage import PartitionLog, ProducerEntry
+from cleanerd.topics import (
+    KNOWN_SETTINGS,
+    InvalidTopicConfigError,
+    TopicCleanerConfig,
+    TopicSettings,
+)
 from tests.test_compaction_cleaner import (
     batches_of,
     clean,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cleanerd.config import ConfigError, load_config
-from cleanerd.config_sources import parse_properties
+from cleanerd.config._sources import parse_properties
 
 
 def pairs(text: str) -> dict[str, str]:

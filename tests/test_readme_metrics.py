@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cleanerd.scheduling.state import PartitionStatus
-from cleanerd.service.metrics_doc import METRICS_DOC, MetricDoc
-from cleanerd.service.snapshot import DaemonSnapshot, WorkerStatus
-from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.scheduling import PartitionStatus
+from cleanerd.service._metrics_doc import METRICS_DOC, MetricDoc
+from cleanerd.service._status import DaemonSnapshot, WorkerStatus
+from cleanerd.storage import TopicPartition
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"

@@ -13,8 +13,8 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from cleanerd.config import LoadedConfig, load_config
-from cleanerd.service.daemon import Daemon
-from cleanerd.service.reload import compare_reload
+from cleanerd.service import Daemon
+from cleanerd.service._reload import compare_reload
 
 
 def _write(path: Path, logdir: Path, port: int, threads: int = 1) -> None:

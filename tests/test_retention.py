@@ -8,21 +8,25 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.format.records import Record
-from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.checkpoints import (
+from cleanerd.format import Record
+from cleanerd.inspect._verify import verify_partition
+from cleanerd.storage import (
+    DELETED_SUFFIX,
+    SNAPSHOT_SUFFIX,
+    LogSegment,
+    PartitionLog,
+    TopicPartition,
+    segment_file,
+)
+from cleanerd.storage._checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     read_leader_epoch_checkpoint,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
-from cleanerd.storage.files import DELETED_SUFFIX, SNAPSHOT_SUFFIX, segment_file
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.retention import RetentionResult, delete_old_segments
-from cleanerd.storage.segment import LogSegment
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig, RetentionConfig
+from cleanerd.storage._retention import RetentionResult, delete_old_segments
+from cleanerd.topics import LogConfig, RetentionConfig
 
 TP = TopicPartition("t", 0)
 NO_LIMIT = RetentionConfig(retention_ms=-1, retention_bytes=-1)

@@ -19,12 +19,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
-from cleanerd.compaction.bounds import Bound, as_rolled
-from cleanerd.compaction.plan import LogMeta, plan
-from cleanerd.format.records import Record
-from cleanerd.inspect.verify import verify_path
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.topic_model import TopicCleanerConfig
+from cleanerd.compaction import Bound, LogMeta, as_rolled, plan
+from cleanerd.format import Record
+from cleanerd.inspect import verify_path
+from cleanerd.storage import PartitionLog
+from cleanerd.topics import TopicCleanerConfig
 
 NAME = "small-gzip-hdr-tomb-0"
 NOW = 1_800_000_000_000

@@ -16,17 +16,18 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from cleanerd.compaction.log_meta import walk_segment
-from cleanerd.compaction.stats import CleanerStats
-from cleanerd.format.records import Record
-from cleanerd.scheduling import metadata
-from cleanerd.scheduling.manager import CleanerManager, CleanOutcome, Grab, RetryPolicy
-from cleanerd.scheduling.sizing import map_bytes_for
-from cleanerd.scheduling.state import CleaningState
-from cleanerd.storage.checkpoints import CLEANER_OFFSET_CHECKPOINT, write_offset_checkpoint
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig, TopicSettings
+from cleanerd.compaction import CleanerStats, walk_segment
+from cleanerd.format import Record
+from cleanerd.scheduling import CleanerManager, CleaningState, CleanOutcome, Grab, RetryPolicy
+from cleanerd.scheduling import _metadata as metadata
+from cleanerd.scheduling._sizing import map_bytes_for
+from cleanerd.storage import (
+    CLEANER_OFFSET_CHECKPOINT,
+    PartitionLog,
+    TopicPartition,
+    write_offset_checkpoint,
+)
+from cleanerd.topics import LogConfig, TopicSettings
 
 HOUR = 3_600_000
 LAG = 6 * HOUR  # max.compaction.lag.ms of the compacted test topics

@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction import log_meta
-from cleanerd.compaction.plan import LogMeta
-from cleanerd.format.records import Record
-from cleanerd.scheduling import metadata
-from cleanerd.scheduling.metadata import LogDirCheckpoints, MetadataCache, PartitionMeta
-from cleanerd.storage.checkpoints import (
+from cleanerd.compaction import LogMeta
+from cleanerd.compaction import _segment_walk as log_meta
+from cleanerd.format import Record
+from cleanerd.scheduling import _metadata as metadata
+from cleanerd.scheduling._metadata import LogDirCheckpoints, MetadataCache, PartitionMeta
+from cleanerd.storage import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    PartitionLog,
+    TopicPartition,
     write_offset_checkpoint,
 )
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig
+from cleanerd.topics import LogConfig
 
 TP = TopicPartition("t", 0)
 T0 = 1_700_000_000_000

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from cleanerd.service.budget import DedupeBudget
+from cleanerd.service._budget import DedupeBudget
 
 TIMEOUT = 10  # only against hangs
 

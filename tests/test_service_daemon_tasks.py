@@ -14,12 +14,14 @@ import aiohttp
 import pytest
 import structlog
 
-from cleanerd.compaction.cleaner import CleaningAbortedError
+from cleanerd.compaction import CleaningAbortedError
 from cleanerd.config import load_config
-from cleanerd.scheduling.survey import Survey
-from cleanerd.service import clean_job, snapshot_routes, workers
-from cleanerd.service.daemon import Daemon
-from cleanerd.service.workers import CLEAN_THREAD_PREFIX
+from cleanerd.scheduling import Survey
+from cleanerd.service import Daemon
+from cleanerd.service import _clean_job as clean_job
+from cleanerd.service import _snapshot_routes as snapshot_routes
+from cleanerd.service import _workers as workers
+from cleanerd.service._workers import CLEAN_THREAD_PREFIX
 from tests.test_daemon_start_stop import _log_dir
 
 

@@ -12,8 +12,9 @@ import pytest_asyncio
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from cleanerd.scheduling.state import CleaningState, PartitionStatus
-from cleanerd.service.http import (
+from cleanerd.scheduling import CleaningState, PartitionStatus
+from cleanerd.service import DaemonSnapshot
+from cleanerd.service._http import (
     MAX_BODY_BYTES,
     Access,
     HttpServer,
@@ -22,9 +23,8 @@ from cleanerd.service.http import (
     serve_app,
     start_http,
 )
-from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.snapshot import DaemonSnapshot
-from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.service._metrics import DaemonMetrics
+from cleanerd.storage import TopicPartition
 
 TOKEN = "s3cret-token"
 TIMEOUT = aiohttp.ClientTimeout(total=10)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import structlog
 
-from cleanerd.service.logging import configure_logging, get_logger
+from cleanerd.service._logging import configure_logging, get_logger
 
 
 @pytest.fixture(autouse=True)

@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cleanerd.scheduling.state import CleaningState, CleaningTotals, PartitionStatus
-from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.metrics_doc import METRICS_DOC
-from cleanerd.service.snapshot import DaemonSnapshot, WorkerStatus
-from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.scheduling import CleaningState, CleaningTotals, PartitionStatus
+from cleanerd.service._metrics import DaemonMetrics
+from cleanerd.service._metrics_doc import METRICS_DOC
+from cleanerd.service._status import DaemonSnapshot, WorkerStatus
+from cleanerd.storage import TopicPartition
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import uvloop
 
-from cleanerd.service.runner import SWITCH_INTERVAL_S, run_async
+from cleanerd.service._runner import SWITCH_INTERVAL_S, run_async
 
 
 def test_run_async_uses_uvloop_and_a_short_switch_interval_then_restores_it() -> None:

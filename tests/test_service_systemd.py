@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.service.systemd import SystemdNotifier
+from cleanerd.service._systemd import SystemdNotifier
 
 
 @pytest.fixture

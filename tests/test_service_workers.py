@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import structlog
 
-from cleanerd.compaction.throttle import Throttler
-from cleanerd.scheduling.manager import CleanerManager
-from cleanerd.service import clean_job, workers
-from cleanerd.service.budget import DedupeBudget
-from cleanerd.service.workers import PoolSettings, WorkerPool
-from cleanerd.storage.topic_partition import TopicPartition
+from cleanerd.compaction import Throttler
+from cleanerd.scheduling import CleanerManager
+from cleanerd.service import _clean_job as clean_job
+from cleanerd.service import _workers as workers
+from cleanerd.service._budget import DedupeBudget
+from cleanerd.service._workers import PoolSettings, WorkerPool
+from cleanerd.storage import TopicPartition
 from tests.test_scheduling_manager import BUDGET, NOW, OLD, RECENT, Clock, _log, _settings
 
 

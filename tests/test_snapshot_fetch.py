@@ -22,17 +22,17 @@ import pytest_asyncio
 from aiohttp import web
 from click.testing import CliRunner
 
-from cleanerd.cli.snapshot_cmd import snapshot_group
-from cleanerd.service.http import Access, make_app, serve_app
-from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.service.snapshot_fetch import FetchError, fetch_snapshot
-from cleanerd.service.snapshot_routes import (
+from cleanerd.cli._snapshot import snapshot_group
+from cleanerd.service import FetchError, fetch_snapshot
+from cleanerd.service._http import Access, make_app, serve_app
+from cleanerd.service._metrics import DaemonMetrics
+from cleanerd.service._snapshot_routes import (
     ID_HEADER,
     SIZE_HEADER,
     SnapshotFileResponse,
     file_etag,
 )
-from cleanerd.storage.snapshot_files import parse_name
+from cleanerd.storage import parse_name
 from tests.daemon_stub import OnePartition
 from tests.e2e_support import DaemonProcess, free_port, write_config
 

@@ -10,10 +10,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
 
-from cleanerd.format.codecs import Compression
-from cleanerd.format.records import Record
-from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
-from cleanerd.storage.snapshot_files import (
+from cleanerd.format import Compression, Record
+from cleanerd.snapshot._format import SnapshotError, SnapshotReader, SnapshotWriter
+from cleanerd.storage import (
     SnapshotId,
     delete_snapshot,
     list_snapshots,

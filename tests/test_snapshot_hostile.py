@@ -30,13 +30,12 @@ from aiohttp import web
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
-from cleanerd.format.records import Record
-from cleanerd.service.http import make_app, serve_app
-from cleanerd.service.metrics import DaemonMetrics
-from cleanerd.snapshot.build import plan_state
-from cleanerd.snapshot.format import SnapshotError, SnapshotReader, SnapshotWriter
-from cleanerd.storage.log_view import ReadOnlyLog
-from cleanerd.storage.snapshot_files import SnapshotId, list_snapshots, snapshot_dir
+from cleanerd.format import Record
+from cleanerd.service._http import make_app, serve_app
+from cleanerd.service._metrics import DaemonMetrics
+from cleanerd.snapshot._build import plan_state
+from cleanerd.snapshot._format import SnapshotError, SnapshotReader, SnapshotWriter
+from cleanerd.storage import ReadOnlyLog, SnapshotId, list_snapshots, snapshot_dir
 from tests.daemon_stub import OnePartition
 
 REPO = Path(__file__).resolve().parents[1]

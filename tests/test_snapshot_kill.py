@@ -11,20 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction.engine import open_log
-from cleanerd.format.records import Record
-from cleanerd.snapshot.build import create_snapshot, load_state
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.snapshot_files import PART_SUFFIX, list_snapshots, snapshot_dir
-from cleanerd.topic_model import StrategyConfig
+from cleanerd.compaction import open_log
+from cleanerd.format import Record
+from cleanerd.snapshot import create_snapshot, load_state
+from cleanerd.storage import SNAPSHOT_PART_SUFFIX, PartitionLog, list_snapshots, snapshot_dir
+from cleanerd.topics import StrategyConfig
 
 CHILD = """
 import sys, time
 from pathlib import Path
-from cleanerd.snapshot.build import create_snapshot
+from cleanerd.snapshot._build import create_snapshot
 from cleanerd.snapshot import format as fmt
-from cleanerd.compaction.engine import open_log
-from cleanerd.topic_model import StrategyConfig
+from cleanerd.compaction._engine import open_log
+from cleanerd.topics._model import StrategyConfig
 
 real_flush = fmt.SnapshotWriter._flush
 def flush_then_stall(self):
@@ -63,7 +62,7 @@ def test_kill_mid_write_leaves_a_part_file_only(tmp_path: Path) -> None:
     finally:
         child.wait(timeout=60)
     assert child.returncode == -signal.SIGKILL
-    parts = [p for p in snapshot_dir(directory).iterdir() if p.name.endswith(PART_SUFFIX)]
+    parts = [p for p in snapshot_dir(directory).iterdir() if p.name.endswith(SNAPSHOT_PART_SUFFIX)]
     assert len(parts) == 1
     assert parts[0].stat().st_size > 0
     assert [p for _, p in list_snapshots(directory)] == [first.path]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cleanerd.topic_catalog import InvalidTopicConfigError
-from cleanerd.topic_model import SnapshotSettings, TopicSettings
+from cleanerd.topics import InvalidTopicConfigError
+from cleanerd.topics._model import SnapshotSettings, TopicSettings
 
 
 def test_defaults_are_off_and_parsed_from_properties_text() -> None:

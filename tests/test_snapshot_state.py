@@ -14,13 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleanerd.compaction.offset_map import OffsetMap, slot_bytes
-from cleanerd.format.records import Record
-from cleanerd.snapshot.build import create_snapshot, load_state
-from cleanerd.snapshot.retention import apply_retention, truncate_log
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.snapshot_files import list_snapshots
-from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig
+from cleanerd.compaction import OffsetMap, slot_bytes
+from cleanerd.format import Record
+from cleanerd.snapshot import apply_retention, create_snapshot, load_state, truncate_log
+from cleanerd.storage import PartitionLog, list_snapshots
+from cleanerd.topics import LogConfig, Strategy, StrategyConfig
 from tests.compaction_model import winners
 from tests.test_compaction_cleaner import DAY, clean_until_done, compacted_config
 from tests.test_compaction_cleaner_model import NOW, VERSION_HEADER, Writer, append_st, op_st

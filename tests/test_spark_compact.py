@@ -24,14 +24,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cleanerd.cli import cli
-from cleanerd.compaction.one_shot import compact_directory
-from cleanerd.format.records import Record
-from cleanerd.snapshot.build import create_snapshot
-from cleanerd.spark.compact import Options, PartitionJob, Plan, compact_on_spark
-from cleanerd.spark.plan_b import BEFORE_WRITE_CONF, SMALL_PASS_CONF
-from cleanerd.spark.staging import default_staging_root, group_dir, job_dir
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.topic_model import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
+from cleanerd.compaction import compact_directory
+from cleanerd.format import Record
+from cleanerd.snapshot import create_snapshot
+from cleanerd.spark._compact import Options, PartitionJob, Plan, compact_on_spark
+from cleanerd.spark._distributed_pass import BEFORE_WRITE_CONF, SMALL_PASS_CONF
+from cleanerd.spark._staging import default_staging_root, group_dir, job_dir
+from cleanerd.storage import PartitionLog
+from cleanerd.topics import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
 from tests import spark_hooks
 
@@ -224,7 +224,7 @@ def test_a_failed_partition_is_left_as_it_was_with_the_repairs_of_its_open_undon
 ) -> None:
     """The first segment lost its indexes (opening the log rebuilds them, the ``.txnindex``
     too), a dirty segment is cut short (the cleaning fails): the rebuilt indexes must not stay,
-    every file is as it was, as ``cleanerd compact`` leaves it (``storage.repairs``)."""
+    every file is as it was, as ``cleanerd compact`` leaves it (``storage._repairs``)."""
     spec: dict[str, Any] = {"records": 1500, "keys": 100, "records_per_batch": 10}
     spec |= {"segment_bytes": 8_000, "transactional_producers": 2, "abort_ratio": 0.5, "seed": 4}
     logdir = make_log(tmp_path, **spec)

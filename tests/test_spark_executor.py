@@ -24,14 +24,14 @@ UNWRITABLE = "/proc/cleanerd-no-such-dir"  # /proc refuses new dirs even to root
 
 _DRIVER = """
 import json, sys
-from cleanerd.spark.session import build_session
+from cleanerd.spark._session import build_session
 
 def task(_):
     import os
-    from cleanerd.format.builder import build_batch
-    from cleanerd.format.reader import scan_batches
-    from cleanerd.format.records import Record
-    from cleanerd.format.walk import walk_batches
+    from cleanerd.format._builder import build_batch
+    from cleanerd.format._reader import scan_batches
+    from cleanerd.format._records import Record
+    from cleanerd.format._walk import walk_batches
     scan_batches(build_batch([Record(0, 1, b"k", b"v")]))
     stats = walk_batches.stats
     yield [os.environ.get("NUMBA_CACHE_DIR"), stats.cache_path, os.getpid(),

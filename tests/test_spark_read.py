@@ -2,7 +2,7 @@
 
 One log dir holds a ``cleanerd gen`` topic per codec (headers, tombstones, idempotent and
 transactional producers with aborts, one topic with a transaction left open) and both Kafka
-fixtures. The oracle is dump's own record items (``inspect.dump.log_items``); read_committed's
+fixtures. The oracle is dump's own record items (``inspect._dump.log_items``); read_committed's
 oracle is computed from those items (a producer's transactional data up to its ABORT marker
 is dropped, markers too, and nothing at or past the first open transaction). Pushed filters are
 checked against the full read filtered here, and by the bytes their tasks read (accumulators).
@@ -21,15 +21,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cleanerd.format.codecs import Compression
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.inspect.dump import log_items
-from cleanerd.inspect.files import segment_logs
-from cleanerd.spark.bounds import Bounds, to_micros
-from cleanerd.spark.columns import ARROW_SCHEMA
-from cleanerd.spark.metrics import ReadMetrics, ReadTotals
-from cleanerd.spark.planning import plan
-from cleanerd.spark.read import OptionError, parse_options, read_log
+from cleanerd.format import Compression, CorruptRecordError
+from cleanerd.inspect import segment_logs
+from cleanerd.inspect._dump import log_items
+from cleanerd.spark._bounds import Bounds, to_micros
+from cleanerd.spark._columns import ARROW_SCHEMA
+from cleanerd.spark._metrics import ReadMetrics, ReadTotals
+from cleanerd.spark._read import OptionError, parse_options, read_log
+from cleanerd.spark._read_ranges import plan
 from cleanerd.workload import WorkloadSpec, generate
 from tests.bombs import bomb_logdir
 
@@ -191,7 +190,7 @@ def full(spark: Any, logdir: Path) -> tuple[Any, ReadTotals]:
 def test_arrow_schema_is_what_spark_expects() -> None:
     from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415 (pyspark's own)
 
-    from cleanerd.spark.datasource import spark_schema  # noqa: PLC0415 (needs pyspark)
+    from cleanerd.spark._datasource import spark_schema  # noqa: PLC0415 (needs pyspark)
 
     assert to_arrow_schema(spark_schema(), timezone="UTC").equals(ARROW_SCHEMA)
 
@@ -384,7 +383,7 @@ def test_pushdown_accepts_only_what_it_applies_exactly() -> None:
         StringStartsWith,
     )
 
-    from cleanerd.spark.pushdown import push  # noqa: PLC0415 (needs pyspark)
+    from cleanerd.spark._pushdown import push  # noqa: PLC0415 (needs pyspark)
 
     at = dt.datetime(2023, 11, 14, 22, 13, 20, 100_500, tzinfo=dt.UTC)  # 1700000000100.5 ms
     other = [EqualTo(("key",), b"k"), StringStartsWith(("topic",), "gen"), EqualTo(("a", "b"), 1)]
@@ -406,7 +405,7 @@ def test_pushdown_accepts_only_what_it_applies_exactly() -> None:
 def test_columns_declared_never_null_hold_no_null(logdir: Path) -> None:
     """Spark skips the null check of a column its schema says is never null (and reads
     whatever the buffer holds): every batch of every kind of record must agree."""
-    from cleanerd.spark.segment_read import RangeStats, read_range  # noqa: PLC0415
+    from cleanerd.spark._segment_read import RangeStats, read_range  # noqa: PLC0415
 
     options = parse_options({"path": str(logdir)})
     bounds = options.bounds()
@@ -430,8 +429,8 @@ def test_columns_declared_never_null_hold_no_null(logdir: Path) -> None:
 def test_names_column_mixes_names_and_nulls() -> None:
     import numpy as np  # noqa: PLC0415
 
-    from cleanerd.format.control import ControlType  # noqa: PLC0415
-    from cleanerd.spark import columns  # noqa: PLC0415
+    from cleanerd.format import ControlType  # noqa: PLC0415
+    from cleanerd.spark import _columns as columns  # noqa: PLC0415
 
     ts = columns.names_column(columns._TIMESTAMP_TYPE_TABLE, np.array([1, 0, 1], np.int8))
     assert ts.to_pylist() == ["LogAppendTime", "CreateTime", "LogAppendTime"]
@@ -461,7 +460,7 @@ def test_a_cut_segment_gives_ranges_of_about_equal_size(logdir: Path) -> None:
 
 
 def test_min_tasks_cuts_big_segments_for_the_cores(logdir: Path) -> None:
-    from cleanerd.spark.planning import MIN_TASK_BYTES, split_bytes  # noqa: PLC0415
+    from cleanerd.spark._read_ranges import MIN_TASK_BYTES, split_bytes  # noqa: PLC0415
 
     assert split_bytes(100 << 20, 4, 128 << 20) == 25 << 20
     assert split_bytes(100 << 20, 4, 16 << 20) == 16 << 20  # never above max_segment_bytes

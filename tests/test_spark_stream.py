@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cleanerd.spark.read import read_log
+from cleanerd.spark._read import read_log
 from cleanerd.workload import WorkloadSpec, generate
 
 

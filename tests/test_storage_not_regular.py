@@ -1,7 +1,7 @@
 """Files that are not what their names say: a symlink or a FIFO named like a segment file.
 
 cleanerd rewrites and deletes segment files, so it must never follow a symlink to whatever it
-points at, and a FIFO must never block a command. One rule (``storage.regular``): a partition
+points at, and a FIFO must never block a command. One rule (``storage._regular``): a partition
 dir holding such a file is refused, with the file named. The commands run in a subprocess with
 a timeout, so a FIFO that blocks an open fails the test instead of hanging the suite.
 """
@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.scheduling.metadata import LogDirCheckpoints, MetadataCache
-from cleanerd.storage.errors import NotRegularFileError
-from cleanerd.storage.regular import (
+from cleanerd.scheduling._metadata import LogDirCheckpoints, MetadataCache
+from cleanerd.storage import TopicPartition
+from cleanerd.storage._errors import NotRegularFileError
+from cleanerd.storage._regular import (
     check_regular,
     irregular_segment_files,
     open_regular,
@@ -26,7 +27,6 @@ from cleanerd.storage.regular import (
     segment_logs,
     truncate_regular,
 )
-from cleanerd.storage.topic_partition import TopicPartition
 from cleanerd.workload import WorkloadSpec, generate
 
 REPO = Path(__file__).resolve().parents[1]
@@ -104,8 +104,8 @@ def run(command: str, logdir: Path) -> subprocess.CompletedProcess[str]:
     if command == "open":
         code = (
             "import sys; from pathlib import Path; "
-            "from cleanerd.storage.partition import PartitionLog; "
-            "from cleanerd.storage.errors import StorageError\n"
+            "from cleanerd.storage._partition import PartitionLog; "
+            "from cleanerd.storage._errors import StorageError\n"
             "try:\n    PartitionLog(Path(sys.argv[1]))\n"
             "except StorageError as e:\n    print(e); sys.exit(1)"
         )

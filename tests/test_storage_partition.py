@@ -9,20 +9,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cleanerd.format.builder import build_batch, finish_crc
-from cleanerd.format.codecs import Compression
-from cleanerd.format.errors import CorruptRecordError
-from cleanerd.format.records import Record
-from cleanerd.storage.checkpoints import (
+from cleanerd.format import Compression, CorruptRecordError, Record
+from cleanerd.format._builder import build_batch, finish_crc
+from cleanerd.storage import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    LogSegment,
+    PartitionLog,
+    StorageError,
+    TopicPartition,
     write_offset_checkpoint,
 )
-from cleanerd.storage.errors import StorageError
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.segment import LogSegment
-from cleanerd.storage.topic_partition import TopicPartition
-from cleanerd.topic_model import LogConfig
+from cleanerd.topics import LogConfig
 
 
 def _rec(i: int, ts: int | None = None, value: bytes | None = b"value") -> Record:

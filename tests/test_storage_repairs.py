@@ -1,4 +1,4 @@
-"""``storage.repairs``: a failed cleaning undoes the index repairs of the partition's open.
+"""``storage._repairs``: a failed cleaning undoes the index repairs of the partition's open.
 
 ``cleanerd compact`` and Spark's plans A and B take a ``Repairs`` before opening the partition
 and call ``undo`` after a failure. Here the failures are simulated on a small log: what opening
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cleanerd.format.records import Record
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.repairs import Repairs
-from cleanerd.topic_model import LogConfig
+from cleanerd.format import Record
+from cleanerd.storage import PartitionLog, Repairs
+from cleanerd.topics import LogConfig
 
 CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=64)
 

@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.format.builder import build_batch
-from cleanerd.format.reader import RecordBatch
-from cleanerd.format.records import Record
-from cleanerd.storage import swap
-from cleanerd.storage.errors import StorageError
-from cleanerd.storage.files import CLEANED_SUFFIX, DELETED_SUFFIX, SWAP_SUFFIX
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.segment import LogSegment
-from cleanerd.topic_model import LogConfig
+from cleanerd.format import Record, RecordBatch, build_batch
+from cleanerd.storage import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SWAP_SUFFIX,
+    LogSegment,
+    PartitionLog,
+    StorageError,
+)
+from cleanerd.storage import _swap as swap
+from cleanerd.topics import LogConfig
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
 KEYS = 5

@@ -17,16 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from cleanerd.format import Record, build_batch, scan_batches, set_base_offset
 from cleanerd.format import kernels as k
-from cleanerd.format.builder import build_batch, set_base_offset
-from cleanerd.format.reader import scan_batches
-from cleanerd.format.records import Record
-from cleanerd.storage import swap
-from cleanerd.storage.errors import StorageError, UnsafeSwapError
-from cleanerd.storage.files import CLEANED_SUFFIX, SWAP_SUFFIX
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.segment import LogSegment
-from cleanerd.topic_model import LogConfig
+from cleanerd.storage import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, PartitionLog
+from cleanerd.storage import _swap as swap
+from cleanerd.storage._errors import StorageError, UnsafeSwapError
+from cleanerd.topics import LogConfig
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
 Contents = list[tuple[int, bytes | None, bytes | None]]

@@ -24,12 +24,11 @@ from click.testing import CliRunner
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from cleanerd.cli import cli
-from cleanerd.compaction.cleaner import Cleaner
-from cleanerd.format.builder import build_end_txn_marker
-from cleanerd.format.records import Record
-from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.topic_model import LogConfig
+from cleanerd.compaction import Cleaner
+from cleanerd.format import Record, build_end_txn_marker
+from cleanerd.inspect._verify import verify_partition
+from cleanerd.storage import PartitionLog
+from cleanerd.topics import LogConfig
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
 from tests.compaction_model import ModelRecord, survivors
 from tests.test_compaction_cleaner import (

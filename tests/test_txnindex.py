@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cleanerd.storage.errors import CorruptIndexError
-from cleanerd.storage.txnindex import AbortedTxn, TransactionIndex
+from cleanerd.storage import AbortedTxn, CorruptIndexError, TransactionIndex
 
 BASE = 100
 INT64 = st.integers(-(2**63), 2**63 - 1)

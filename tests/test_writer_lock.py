@@ -11,19 +11,18 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.format.records import Record
-from cleanerd.inspect.verify import verify_partition
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.segment import LogSegment
-from cleanerd.storage.writer_lock import PartitionWriterLock
-from cleanerd.topic_model import LogConfig
+from cleanerd.format import Record
+from cleanerd.inspect._verify import verify_partition
+from cleanerd.storage import LogSegment, PartitionLog
+from cleanerd.storage._writer_lock import PartitionWriterLock
+from cleanerd.topics import LogConfig
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 60  # only against hangs
 
 PROBE = """
 import sys
-from cleanerd.storage.writer_lock import PartitionWriterLock
+from cleanerd.storage._writer_lock import PartitionWriterLock
 lock = PartitionWriterLock(sys.argv[1])
 if lock.acquire(blocking=False):
     lock.release()
@@ -35,7 +34,7 @@ else:
 WAIT_FOR_LOCK = """
 import sys
 from pathlib import Path
-from cleanerd.storage.writer_lock import PartitionWriterLock
+from cleanerd.storage._writer_lock import PartitionWriterLock
 lock = PartitionWriterLock(sys.argv[1])
 print("waiting", flush=True)
 with lock:
@@ -44,8 +43,8 @@ with lock:
 
 IDLE_ROLL = """
 import sys
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.segment import LogSegment
+from cleanerd.storage._partition import PartitionLog
+from cleanerd.storage._segment import LogSegment
 log = PartitionLog(sys.argv[1])
 print(log.roll_if_idle(int(sys.argv[2]), int(sys.argv[3])), log.active_segment.base_offset)
 log.close()
@@ -53,12 +52,12 @@ log.close()
 
 COMPACT = """
 import sys
-from cleanerd.compaction.one_shot import compact_partition
-from cleanerd.topic_model import StrategyConfig
-from cleanerd.topic_model import TopicCleanerConfig
-from cleanerd.topic_model import LogConfig
-from cleanerd.storage.partition import PartitionLog
-from cleanerd.storage.segment import LogSegment
+from cleanerd.compaction._one_shot import compact_partition
+from cleanerd.topics._model import StrategyConfig
+from cleanerd.topics._model import TopicCleanerConfig
+from cleanerd.topics._model import LogConfig
+from cleanerd.storage._partition import PartitionLog
+from cleanerd.storage._segment import LogSegment
 log = PartitionLog(sys.argv[1], LogConfig(segment_bytes=int(sys.argv[2])))
 compact_partition(log, TopicCleanerConfig(compact=True, delete=False), StrategyConfig(), 10**13,
                   map_bytes=1 << 20)

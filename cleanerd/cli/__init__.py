@@ -17,8 +17,10 @@ import click
 
 from cleanerd import __version__
 from cleanerd._jitcache import configure_numba_cache
-from cleanerd.cli import early_stop
-from cleanerd.cli.errors import guard
+from cleanerd.cli import _early_stop as early_stop
+from cleanerd.cli._errors import guard
+
+__all__ = ["COMMANDS", "cli", "main"]
 
 
 class Entry(NamedTuple):
@@ -31,19 +33,21 @@ class Entry(NamedTuple):
 
 COMMANDS = {
     "compact": Entry(
-        "cleanerd.cli.compact", "compact", "Compact a log dir or partition dirs, once, now."
+        "cleanerd.cli._compact", "compact", "Compact a log dir or partition dirs, once, now."
     ),
-    "config": Entry("cleanerd.cli.config_cmd", "config_group", "Check or show the configuration."),
+    "config": Entry("cleanerd.cli._config", "config_group", "Check or show the configuration."),
     "ctl": Entry(
-        "cleanerd.cli.run", "ctl", "Ask a running daemon: status, pause, resume, clean now."
+        "cleanerd.cli._ctl", "ctl", "Ask a running daemon: status, pause, resume, clean now."
     ),
-    "demo": Entry("cleanerd.cli.demo", "demo", "Run the daemon on a fresh demo log dir."),
-    "dump": Entry("cleanerd.cli.dump", "dump", "Print Kafka log files, as kafka-dump-log.sh does."),
-    "gen": Entry("cleanerd.cli.gen", "gen", "Write a seeded, reproducible workload log."),
-    "plan": Entry("cleanerd.cli.plan", "plan_command", "Print each partition's cleaning plan."),
-    "run": Entry("cleanerd.cli.run", "run", "Run the compaction daemon."),
+    "demo": Entry("cleanerd.cli._demo", "demo", "Run the daemon on a fresh demo log dir."),
+    "dump": Entry(
+        "cleanerd.cli._dump", "dump", "Print Kafka log files, as kafka-dump-log.sh does."
+    ),
+    "gen": Entry("cleanerd.cli._gen", "gen", "Write a seeded, reproducible workload log."),
+    "plan": Entry("cleanerd.cli._plan", "plan_command", "Print each partition's cleaning plan."),
+    "run": Entry("cleanerd.cli._run", "run", "Run the compaction daemon."),
     "snapshot": Entry(
-        "cleanerd.cli.snapshot_cmd",
+        "cleanerd.cli._snapshot",
         "snapshot_group",
         "KIP-630 snapshots: create, list, show, load, fetch, delete.",
     ),
@@ -53,10 +57,10 @@ COMMANDS = {
         "Compact or read Kafka log dirs on Spark (needs the spark extra).",
     ),
     "verify": Entry(
-        "cleanerd.cli.verify", "verify", "Check every file of a log dir, changing nothing."
+        "cleanerd.cli._verify", "verify", "Check every file of a log dir, changing nothing."
     ),
     "warmup": Entry(
-        "cleanerd.cli.warmup", "warmup", "Compile every numba kernel into the kernel cache."
+        "cleanerd.cli._warmup", "warmup", "Compile every numba kernel into the kernel cache."
     ),
 }
 """Command name -> where it lives and its short help (``--help`` imports no command module)."""

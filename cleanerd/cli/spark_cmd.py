@@ -22,13 +22,11 @@ from pathlib import Path
 
 import click
 
-from cleanerd.cli.compact import _check_jobs, _note, _print_table
-from cleanerd.cli.options import cleaning_options, format_option
-from cleanerd.cli.plan import find_targets, load_selection, select, target_options
+from cleanerd.cli._compact import _check_jobs, _note, _print_table
+from cleanerd.cli._options import cleaning_options, format_option
+from cleanerd.cli._plan import find_targets, load_selection, select, target_options
 from cleanerd.spark import SparkMissingError, require_pyspark
-from cleanerd.storage.errors import StorageError
-from cleanerd.storage.logdir import LogDir
-from cleanerd.storage.partition import wall_clock_ms
+from cleanerd.storage import LogDir, StorageError, wall_clock_ms
 
 
 @click.group("spark")
@@ -103,12 +101,12 @@ def compact(
         require_pyspark()
     except SparkMissingError as e:
         raise click.ClickException(str(e)) from None
-    from cleanerd.spark.compact import (  # noqa: PLC0415 (loads the engine and pyspark)
+    from cleanerd.spark import (  # noqa: PLC0415 (loads the engine and pyspark)
         Options,
         PartitionJob,
+        build_session,
         compact_on_spark,
     )
-    from cleanerd.spark.session import build_session  # noqa: PLC0415 (pyspark)
 
     overrides = {
         "compaction.strategy": strategy,

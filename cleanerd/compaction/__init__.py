@@ -5,20 +5,8 @@ drivers) needs only what is named here: the front door of ``engine`` (open a par
 clean it once) and the objects it takes and gives back. Everything else is the engine's inside.
 """
 
-from __future__ import annotations
+import lazy_loader
 
-from cleanerd.compaction.cleaner import Cleaner, CleanResult
-from cleanerd.compaction.engine import clean_once, open_log, plan_log
-from cleanerd.compaction.offset_map import OffsetMap
-from cleanerd.compaction.plan import CleaningPlan, LogMeta
-
-__all__ = [
-    "CleanResult",
-    "Cleaner",
-    "CleaningPlan",
-    "LogMeta",
-    "OffsetMap",
-    "clean_once",
-    "open_log",
-    "plan_log",
-]
+# the names are in __init__.pyi (for type checkers too); each loads on first use, so
+# importing the package costs nothing until a name of it is used
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

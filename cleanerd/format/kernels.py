@@ -28,10 +28,9 @@ from typing import Any
 
 import numpy.typing as npt
 
-from cleanerd.format.layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
-from cleanerd.format.murmur import murmur3_128
-from cleanerd.format.pointer import Ptr, data_ptr
-from cleanerd.format.record_index import (
+from cleanerd.format._murmur import murmur3_128
+from cleanerd.format._pointer import Ptr, data_ptr
+from cleanerd.format._record_index import (
     MIN_RECORD_SIZE,
     NO_HASHES,
     R_BATCH,
@@ -60,8 +59,8 @@ from cleanerd.format.record_index import (
     index_records,
     index_records_into,
 )
-from cleanerd.format.record_index import _varint as _record_varint
-from cleanerd.format.walk import (
+from cleanerd.format._record_index import _varint as _record_varint
+from cleanerd.format._walk import (
     B_ATTRIBUTES,
     B_BASE_OFFSET,
     B_BASE_SEQUENCE,
@@ -84,6 +83,7 @@ from cleanerd.format.walk import (
     WALK_TOO_SMALL,
     walk_batches,
 )
+from cleanerd.format.layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
 
 Arr = npt.NDArray[Any]
 

@@ -1,33 +1,77 @@
 """The Spark engine: Kafka log dirs as Spark DataFrames and compaction distributed on Spark.
 
 A driver over format/, storage/ and compaction/, like service/ is; nothing below it imports
-pyspark. Needs the ``spark`` extra (``pip install 'cleanerd[spark]'``): importing a submodule
-without it raises :class:`SparkMissingError` with that advice.
+pyspark. Needs the ``spark`` extra (``pip install 'cleanerd[spark]'``). Importing this package
+loads nothing of the engine: each name below is imported on first use, so ``cleanerd config``
+can ask ``require_pyspark`` without paying for the engine, and a name that needs pyspark or
+pyarrow raises :class:`SparkMissingError`, with the advice, when the extra is missing.
+
+``cleanerd.spark.executor`` is the module Spark's Python daemon runs on executors (set by
+``build_session``); it is an entry point by name, not an import.
 """
 
 from __future__ import annotations
 
-INSTALL_HINT = "the Spark engine needs the spark extra: pip install 'cleanerd[spark]' (and Java 17)"
+import importlib
+from typing import TYPE_CHECKING
 
+if TYPE_CHECKING:
+    from cleanerd.spark._columns import record_batch
+    from cleanerd.spark._compact import (
+        Options,
+        PartitionJob,
+        Plan,
+        compact_on_spark,
+        map_bytes_needed,
+    )
+    from cleanerd.spark._daemon_job import SparkCleaner
+    from cleanerd.spark._metrics import ReadMetrics, ReadTotals
+    from cleanerd.spark._read import read_log
+    from cleanerd.spark._session import build_session
 
-class SparkMissingError(ImportError):
-    """pyspark (or pyarrow) is not installed; the message says how to install it."""
+from cleanerd.spark._extra import INSTALL_HINT, SparkMissingError, require_pyspark
 
+_HOMES = {
+    "Options": "_compact",
+    "PartitionJob": "_compact",
+    "Plan": "_compact",
+    "ReadMetrics": "_metrics",
+    "ReadTotals": "_metrics",
+    "SparkCleaner": "_daemon_job",
+    "build_session": "_session",
+    "compact_on_spark": "_compact",
+    "map_bytes_needed": "_compact",
+    "read_log": "_read",
+    "record_batch": "_columns",
+}
+"""Each lazily imported name -> its private module."""
+_NEEDS_EXTRA = frozenset({"_read", "_columns"})  # pyspark or pyarrow at import
 
-def require_pyspark() -> None:
-    """Raise :class:`SparkMissingError` unless pyspark and pyarrow import."""
-    try:
-        import pyarrow  # noqa: F401, PLC0415 (optional: the spark extra)
-        import pyspark  # noqa: F401, PLC0415
-    except ImportError as e:
-        raise SparkMissingError(f"{INSTALL_HINT} ({e})") from e
+__all__ = [
+    "INSTALL_HINT",
+    "Options",
+    "PartitionJob",
+    "Plan",
+    "ReadMetrics",
+    "ReadTotals",
+    "SparkCleaner",
+    "SparkMissingError",
+    "build_session",
+    "compact_on_spark",
+    "map_bytes_needed",
+    "read_log",
+    "record_batch",
+    "require_pyspark",
+]
 
 
 def __getattr__(name: str) -> object:
-    """``cleanerd.spark.read_log``, imported on first use (it needs pyspark; this module not)."""
-    if name == "read_log":
+    """The names of ``_HOMES``, imported on first use."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if home in _NEEDS_EXTRA:
         require_pyspark()
-        from cleanerd.spark.read import read_log  # noqa: PLC0415 (the spark extra, checked above)
-
-        return read_log
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

@@ -7,7 +7,7 @@ worker exists: the forked workers inherit ``NUMBA_CACHE_DIR`` and load the kerne
 earlier task, or ``cleanerd warmup``, compiled, rather than compiling them in every worker or,
 in a read-only install with no writable HOME, failing to define them at all.
 
-Sessions from ``cleanerd.spark.session.build_session`` name this module in
+Sessions from ``cleanerd.spark._session.build_session`` name this module in
 ``spark.python.daemon.module``; a session built otherwise can set the same. Spark runs it as
 ``python -m cleanerd.spark.executor [worker module]``; the worker module argument is pyspark's
 daemon's own and passes through unchanged.

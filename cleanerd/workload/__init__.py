@@ -3,35 +3,8 @@
 Plain library code (no click, no rich) so ``cleanerd gen``, tests and benchmarks share it.
 """
 
-from cleanerd.workload.generator import check_target, generate, partition_dirs, write_partition
-from cleanerd.workload.spec import DEFAULT_START_TIMESTAMP, WorkloadError, WorkloadSpec
-from cleanerd.workload.summary import PartitionResult, SegmentInfo, WorkloadResult
-from cleanerd.workload.survivors import (
-    STRATEGIES,
-    Survivor,
-    SurvivorTracker,
-    expected_survivors,
-    header_version,
-    survivors_json,
-    track_batches,
-)
+import lazy_loader
 
-__all__ = [
-    "DEFAULT_START_TIMESTAMP",
-    "STRATEGIES",
-    "PartitionResult",
-    "SegmentInfo",
-    "Survivor",
-    "SurvivorTracker",
-    "WorkloadError",
-    "WorkloadResult",
-    "WorkloadSpec",
-    "check_target",
-    "expected_survivors",
-    "generate",
-    "header_version",
-    "partition_dirs",
-    "survivors_json",
-    "track_batches",
-    "write_partition",
-]
+# the names are in __init__.pyi (for type checkers too); each loads on first use, so
+# importing the package costs nothing until a name of it is used
+__getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)

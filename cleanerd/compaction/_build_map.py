@@ -1,0 +1,342 @@
+"""Pass 1: the offset map over the dirty range (docs/kafka-format.md §4.6: ``buildOffsetMap``).
+
+Per chunk of batches: the transaction verdicts (aborted data and control batches never enter the
+map), then for the other data batches, under the offset strategy, one ``fused.map_records`` call
+(index, key hash, record cache, and the puts with Kafka's full rule, as ``put_batch`` has it);
+under timestamp and header, one index-and-hash call, the strategy's versions and one
+``put_batch`` call for the keyed records at or after the first dirty offset. Kafka's
+latest-offset bookkeeping (after every batch reaching the dirty range, and over offset gaps at
+the end of each segment) is done here with array maxima, so when the map fills mid-chunk the
+latest offset is exactly what Kafka's record loop leaves.
+
+The map is cleared first (``clear_map``: only the slots the last build wrote, when the cleaner's
+``touched`` bitmap knows them), and at the end, when the cache holds several records per key,
+the cached records that won their key are flagged (``_mark_winners``), which spares pass 2 a map
+lookup per record.
+
+For the timestamp and header strategies the already-clean part of the log takes part too
+(``update_from_clean_prefix``): a key of the dirty range may have its best record before the first
+dirty offset, and the map must hold that one, or pass 2 would keep both it and the dirty record.
+Those records only update keys already in the map, so they never fill it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cleanerd.compaction import _record_kernels as fused
+from cleanerd.compaction._batches import index_and_hash, payloads, transaction_verdicts
+from cleanerd.compaction._offset_map import OffsetMap
+from cleanerd.compaction._record_cache import RecordCache
+from cleanerd.compaction._stats import CleanerStats
+from cleanerd.compaction._strategy import compute_versions
+from cleanerd.compaction._transactions import CleanedTransactionMetadata
+from cleanerd.format import ATTR_TIMESTAMP_TYPE, I64, U8
+from cleanerd.format import kernels as k
+from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
+from cleanerd.topics import StrategyConfig
+
+Arr = npt.NDArray[Any]
+OnChunk = Callable[[int], None]
+"""Called before each chunk with its size in bytes: abort check and throttling."""
+
+_NO_HASHES = np.zeros((0, 2), dtype=np.uint64)
+_NO_RECORDS = np.zeros((0, k.RECORD_COLUMNS), dtype=np.int64)
+_NO_TOUCHED = np.zeros(0, dtype=np.uint64)
+
+
+@dataclass
+class MapBuild:
+    """What pass 1 found: the end of the range it covered, and which segments it fully checked."""
+
+    end_offset: int
+    full: bool
+    checked: set[int] = field(default_factory=set)  # id() of segments validated from byte 0
+
+
+def _data_records(arr: U8, batches: I64, rows: np.ndarray, path: str) -> tuple[U8, I64, np.ndarray]:
+    if rows.size == 0:
+        return arr, _NO_RECORDS, _NO_HASHES
+    return index_and_hash(arr, batches[rows], path)
+
+
+def _map_chunk(
+    arr: U8,
+    batches: I64,
+    path: str,
+    start: int,
+    omap: OffsetMap,
+    strategy: StrategyConfig,
+    meta: CleanedTransactionMetadata,
+    stats: CleanerStats,
+    cache: RecordCache | None = None,
+    segment_id: int = 0,
+    touched: Arr = _NO_TOUCHED,
+) -> bool:
+    """Put one chunk's records into the map; True when the map filled up."""
+    is_control, aborted = transaction_verdicts(meta, arr, batches, path)
+    counts = batches[:, k.B_COUNT]
+    data_rows = np.flatnonzero(~is_control & ~aborted & (counts > 0))
+    if strategy.versioned:
+        g, b, full = _put_versioned(arr, batches, data_rows, path, start, omap, strategy, stats)
+    else:
+        g, b, full = _put_fused(
+            arr, batches, data_rows, path, start, omap, cache, segment_id, touched
+        )
+    # Kafka counts a control batch as one message and an aborted batch by its record count
+    skipped = np.where(is_control, 1, np.where(aborted, counts, 0))
+    stats.index_messages_read(g + int(skipped[:b].sum()))
+    stats.index_bytes_read(int(batches[:b, k.B_SIZE].sum()))
+    lasts = batches[:b, k.B_LAST_OFFSET]
+    reached = lasts[lasts >= start]
+    if reached.size:
+        omap.update_latest_offset(max(omap.latest_offset, int(reached.max())))
+    return full
+
+
+def _put_versioned(
+    arr: U8,
+    batches: I64,
+    data_rows: npt.NDArray[np.intp],
+    path: str,
+    start: int,
+    omap: OffsetMap,
+    strategy: StrategyConfig,
+    stats: CleanerStats,
+) -> tuple[int, int, bool]:
+    """Timestamp and header strategies: index, versions, ``put_batch``.
+
+    Returns ``(records before the stop, chunk row of the stop, full)``.
+    """
+    payload, recs, hashes = _data_records(arr, batches, data_rows, path)
+    offsets = recs[:, k.R_OFFSET]
+    cand = np.flatnonzero((recs[:, k.R_KEY_LEN] >= 0) & (offsets >= start))
+    versions, has_version, wrong = compute_versions(strategy, payload, recs[cand])
+    stats.add(anomalous_version_headers=wrong)
+    nxt, full = omap.put_batch(hashes[cand], offsets[cand], versions, has_version)
+    if full:
+        g = int(cand[nxt])  # the record that did not fit: Kafka stops right before it
+        return g, int(data_rows[recs[g, k.R_BATCH]]), True
+    return int(recs.shape[0]), int(batches.shape[0]), False
+
+
+def _put_fused(
+    arr: U8,
+    batches: I64,
+    data_rows: npt.NDArray[np.intp],
+    path: str,
+    start: int,
+    omap: OffsetMap,
+    cache: RecordCache | None,
+    segment_id: int,
+    touched: Arr,
+) -> tuple[int, int, bool]:
+    """Offset strategy: one ``fused.map_records`` call indexes, hashes, maps and caches.
+
+    Any problem with the data (a payload that does not decompress, a bad record) is raised by
+    indexing the same batches with the reader, so errors are exactly the reader's.
+    """
+    nb = batches.shape[0]
+    first = np.full(nb, -1, dtype=np.int64)
+    records = 0
+    full_record = -1
+    cursor = -1
+    laid_bytes = 0
+    sub = batches[data_rows]
+    if data_rows.size:
+        counts = np.ascontiguousarray(sub[:, k.B_COUNT])
+        got = payloads(arr, sub)
+        err = k.REC_COUNT_MISMATCH
+        if got is not None and k.bad_counts(got[1], got[2], counts) < 0:
+            buf, starts, ends = got
+            laid_bytes = int((ends - starts).sum())
+            total = int(counts.sum())
+            cursor = cache.reserve(total) if cache is not None else -1
+            top = int(counts.max())
+            lat = np.where(
+                sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
+            )
+            tab = omap.table
+            if cache is not None and cursor >= 0:
+                hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
+            else:  # not kept: a chunk's worth of room for the kernel
+                hashes = np.empty((total, 2), dtype=np.uint64)
+                offsets = np.empty(total, dtype=np.int64)
+                flags = np.empty(total, dtype=np.uint8)
+            err, records, full_record, size, latest = fused.map_records(
+                buf,
+                starts,
+                ends,
+                np.ascontiguousarray(sub[:, k.B_BASE_OFFSET]),
+                np.ascontiguousarray(sub[:, k.B_LAST_OFFSET]),
+                np.ascontiguousarray(sub[:, k.B_BASE_TIMESTAMP]),
+                counts,
+                lat,
+                np.empty((top, k.RECORD_COLUMNS), dtype=np.int64),
+                np.empty((top, 2), dtype=np.uint64),
+                tab,
+                start,
+                omap.size,
+                omap.max_entries,
+                hashes,
+                offsets,
+                flags,
+                max(cursor, 0),
+                touched,
+            )
+            omap.set_size(size)
+            if latest >= 0:
+                omap.update_latest_offset(latest)
+        if err != k.REC_OK:
+            index_and_hash(arr, sub, path)  # raises the reader's error for these batches
+            raise AssertionError(f"{path}: the fused index failed where the reader did not")
+        if cache is not None and cursor >= 0:
+            cache.commit(records)
+            first[data_rows] = cursor + np.cumsum(counts) - counts
+    if cache is not None:
+        cache.add_chunk(segment_id, batches, first, laid_bytes)
+    if full_record >= 0:
+        ends_at = np.cumsum(sub[:, k.B_COUNT])
+        row = int(np.searchsorted(ends_at, full_record, side="right"))
+        return full_record, int(data_rows[row]), True
+    return records, nb, False
+
+
+def clear_map(omap: OffsetMap, touched: Arr | None) -> None:
+    """``omap.clear()``, at the cost of the slots in use where the ``touched`` bitmap knows them.
+
+    A map nothing was put into since its last clear is left as it is.
+    """
+    if omap.size and not (
+        touched is not None
+        and touched.shape[0] * 64 >= omap.slots
+        and fused.clear_touched(omap.table, touched) == omap.size
+    ):
+        omap.clear()
+    if touched is not None:
+        touched.fill(0)
+    omap.set_size(0)
+    omap.update_latest_offset(-1)
+
+
+def build_offset_map(
+    dirty: Sequence[LogSegment],
+    log_segments: Sequence[LogSegment],
+    start: int,
+    end: int,
+    omap: OffsetMap,
+    strategy: StrategyConfig,
+    stats: CleanerStats,
+    on_chunk: OnChunk,
+    cache: RecordCache | None = None,
+    touched: Arr | None = None,
+) -> MapBuild:
+    """Fill ``omap`` from the dirty segments over [start, end); Kafka's ``buildOffsetMap``.
+
+    ``log_segments`` is the whole log (aborted txns are looked up in every later ``.txnindex``).
+    The returned end offset is ``latest_offset + 1``: ``end`` unless the map filled up.
+    ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2. ``touched`` (a
+    ``fused.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
+    start cost the slots the last build used instead of the whole table.
+    """
+    clear_map(omap, touched)
+    if touched is None or touched.shape[0] * 64 < omap.slots:
+        touched = fused.touched_bitmap(omap)
+    meta = CleanedTransactionMetadata(collect_aborted(log_segments, start, end))
+    result = MapBuild(end_offset=start, full=False)
+    for i, seg in enumerate(dirty):
+        next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
+        _, position = seg.offset_index.lookup(start)
+        arr = seg.view()
+        path = str(seg.log_path)
+        prev = seg.base_offset - 1 if position == 0 else -1
+        for batches in iter_chunks(arr, path=path, start=position, prev_last_offset=prev):
+            on_chunk(int(batches[:, k.B_SIZE].sum()))
+            if _map_chunk(
+                arr, batches, path, start, omap, strategy, meta, stats, cache, id(seg), touched
+            ):
+                result.full = True
+                break
+        if result.full:
+            break
+        if position == 0:
+            result.checked.add(id(seg))
+            if cache is not None:
+                cache.mark_complete(id(seg))
+        omap.update_latest_offset(next_start - 1)  # steps over offset gaps (Kafka test 44)
+    if omap.latest_offset >= 0:
+        result.end_offset = omap.latest_offset + 1
+    if cache is not None and not strategy.versioned:
+        _mark_winners(omap, touched, cache, start)
+    return result
+
+
+WINNER_MARKING_RATIO = 4
+"""Mark the winners in the cache (one sort of the map's offsets and a merge walk) instead of
+looking every cached record up in pass 2, when the cache holds this many records per key."""
+
+
+def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache, start: int) -> None:
+    """Flag each cached record that is its key's entry in the map (``fused.mark_winners``)."""
+    n = cache.records
+    if n == 0 or omap.size * WINNER_MARKING_RATIO > n or not cache.ascending:
+        return
+    winners = np.sort(fused.map_offsets(omap.table, touched))
+    if winners.shape[0] != omap.size:  # pragma: no cover - every put marks its slot
+        return
+    if winners.shape[0] * 64 < n:  # a binary search per winner beats a walk over every record
+        fused.mark_winners_sparse(winners, cache.offsets, cache.flags, n)
+        cache.winners_from = start
+    elif fused.mark_winners(winners, cache.offsets, cache.flags, n) >= 0:
+        cache.winners_from = start
+
+
+def update_from_clean_prefix(
+    clean: Sequence[LogSegment],
+    log_segments: Sequence[LogSegment],
+    first_dirty: int,
+    omap: OffsetMap,
+    strategy: StrategyConfig,
+    on_chunk: OnChunk,
+) -> None:
+    """Let records before ``first_dirty`` compete for the keys already in the map.
+
+    Only for versioned strategies (under ``offset`` a dirty record always beats a clean one).
+    Keys not in the map are left out, so the map never grows; the latest offset is unchanged.
+    """
+    if not strategy.versioned or omap.size == 0 or not clean:
+        return
+    meta = CleanedTransactionMetadata(
+        collect_aborted(log_segments, clean[0].base_offset, first_dirty)
+    )
+    latest = omap.latest_offset
+    max_entries = omap.max_entries
+    try:
+        omap.max_entries = omap.size + 1  # present keys only: no put can add an entry
+        for seg in clean:
+            arr = seg.view()
+            path = str(seg.log_path)
+            for batches in iter_chunks(arr, path=path, prev_last_offset=seg.base_offset - 1):
+                on_chunk(int(batches[:, k.B_SIZE].sum()))
+                is_control, aborted = transaction_verdicts(meta, arr, batches, path)
+                counts = batches[:, k.B_COUNT]
+                rows = np.flatnonzero(~is_control & ~aborted & (counts > 0))
+                payload, recs, hashes = _data_records(arr, batches, rows, path)
+                offsets = recs[:, k.R_OFFSET]
+                cand = np.flatnonzero((recs[:, k.R_KEY_LEN] >= 0) & (offsets < first_dirty))
+                if cand.size == 0:
+                    continue
+                found, _, _ = omap.get(hashes[cand])
+                idx = cand[found >= 0]
+                if idx.size == 0:
+                    continue
+                versions, has_version, _ = compute_versions(strategy, payload, recs[idx])
+                omap.put_batch(hashes[idx], offsets[idx], versions, has_version)
+    finally:
+        omap.max_entries = max_entries
+        omap.update_latest_offset(latest)

@@ -1,0 +1,124 @@
+"""Pass 2 over one group of segments: Kafka's ``cleanInto``, written once.
+
+``Cleaner`` and Spark's plan B (through ``compaction._external``) both filter a group into its
+``.cleaned`` segment with ``write_group``, so their bytes cannot differ. ``group_chunks`` gives
+pass 2 its chunks, from pass 1's record cache when it holds a segment whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from cleanerd.compaction._filter import PassContext, decide_chunk
+from cleanerd.compaction._record_cache import RecordCache
+from cleanerd.compaction._stats import CleanerStats
+from cleanerd.compaction._throttle import Throttler
+from cleanerd.compaction._transactions import CleanedTransactionMetadata
+from cleanerd.compaction._writer import CleanedSegmentWriter
+from cleanerd.format import I64, U8
+from cleanerd.format import kernels as k
+from cleanerd.storage import LogSegment, chunk_bytes, collect_aborted, iter_chunks, release
+
+CACHED_CHUNKS = 4
+"""Pass 2 decides the batches pass 1 cached this many chunks (``CHUNK_BYTES``) at a time."""
+_PAYLOAD_RATIO = 8  # ... and as many as hold at most 8 times their bytes decompressed
+
+
+def group_chunks(
+    arr: U8, seg: LogSegment, cache: RecordCache | None
+) -> Iterator[tuple[I64, I64 | None]]:
+    """Pass 2's chunks of a segment with each batch's first cached record (None: no cache).
+
+    A segment pass 1 read whole comes from the cache, chunk by chunk as pass 1 saw it, without
+    walking it again; its pages are released after each chunk, as ``iter_chunks`` does.
+    """
+    cached = cache.chunks(id(seg)) if cache is not None else None
+    if cached is not None and cache is not None:
+        # nothing is read to decide these: take several of pass 1's chunks at a time, as long
+        # as their records took at most 8 times their bytes decompressed in pass 1 (pass 2
+        # decompresses the batches it rebuilds together: that stays far below the bound)
+        laid = cache.payload_bytes(id(seg))
+        step = chunk_bytes() * CACHED_CHUNKS
+        i = 0
+        while i < len(cached):
+            j, size, payload = i, 0, 0
+            while j < len(cached) and (
+                j == i
+                or (
+                    size + _chunk_bytes(cached[j][0]) <= step
+                    and payload + laid[j] <= step * _PAYLOAD_RATIO
+                )
+            ):
+                size += _chunk_bytes(cached[j][0])
+                payload += laid[j]
+                j += 1
+            if j == i + 1:
+                batches, first = cached[i]
+            else:
+                batches = np.concatenate([b for b, _ in cached[i:j]])
+                first = np.concatenate([f for _, f in cached[i:j]])
+            yield batches, first
+            if batches.shape[0]:
+                end = int(batches[-1, k.B_POS] + batches[-1, k.B_SIZE])
+                release(arr, int(batches[0, k.B_POS]), end)
+            i = j
+        return
+    path = str(seg.log_path)
+    for batches in iter_chunks(
+        arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
+    ):
+        yield batches, cache.first_records(id(seg), batches) if cache is not None else None
+
+
+def _chunk_bytes(batches: I64) -> int:
+    return int(batches[:, k.B_SIZE].sum())
+
+
+def add_segment_aborted(
+    meta: CleanedTransactionMetadata,
+    segments: Sequence[LogSegment],
+    group: Sequence[LogSegment],
+    i: int,
+) -> None:
+    """Before group member ``i`` is read: the aborted transactions over its range (the log's
+    ``.txnindex`` files, Kafka's ``collectAbortedTransactions``) join the pass's state."""
+    seg = group[i]
+    seg_upper = group[i + 1].base_offset if i + 1 < len(group) else seg.next_offset()
+    meta.add_aborted(collect_aborted(list(segments), seg.base_offset, seg_upper))
+
+
+def write_group(
+    segments: Sequence[LogSegment],
+    group: Sequence[LogSegment],
+    cleaned: LogSegment,
+    ctx: PassContext,
+    meta: CleanedTransactionMetadata,
+    stats: CleanerStats,
+    on_chunk: Callable[[int], None] = lambda size: None,
+    cache: RecordCache | None = None,
+    throttler: Throttler | None = None,
+) -> int:
+    """Kafka's ``cleanInto`` for a group: filter it into the empty segment ``cleaned``, flush
+    it and give it the group's last mtime, which is returned for the swap. ``meta`` is the
+    pass's transaction state at the group's start; the cleaner and Spark's plan B both call
+    this, so their bytes cannot differ."""
+    meta.output_txn_index = cleaned.txn_index
+    try:
+        writer = CleanedSegmentWriter(cleaned, stats, throttler)
+        for i, seg in enumerate(group):
+            add_segment_aborted(meta, segments, group, i)
+            arr = seg.view()
+            path = str(seg.log_path)
+            for batches, first in group_chunks(arr, seg, cache):
+                on_chunk(int(batches[:, k.B_SIZE].sum()))
+                decision = decide_chunk(ctx, meta, arr, batches, path, stats, cache, first)
+                writer.write(arr, decision)
+        writer.flush()
+        cleaned.on_become_inactive()
+        mtime_ns = group[-1].log_path.stat().st_mtime_ns
+        cleaned.set_last_modified(mtime_ns)
+        return mtime_ns
+    finally:
+        meta.output_txn_index = None

@@ -1,0 +1,179 @@
+"""The offset map's slot table at numba level: its layout and its one Robin Hood probe.
+
+``OffsetMap``'s own kernels and the fused pass-1/pass-2 kernels (``fused``) all probe through the
+functions here, so a map filled by either answers the other exactly: same hash normalisation,
+home slot, Robin Hood order and packed offsets (``offset_map`` says why each is so).
+
+The functions take the table flat (``t``: a 1-D view or a raw pointer, slot ``pos`` at
+``pos * width``), so a kernel holding a pointer pays no reference count per call, and those on
+the per-record path are inlined into each caller (``inline="always"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from cleanerd.compaction._strategy import wins
+
+ZERO_HASH_REMAP = np.uint64(0x9E3779B97F4A7C15)
+# columns of a slot; a kernel sees the table flat, slot ``pos`` at ``pos * width``
+SLOT_H1, SLOT_H2, SLOT_OFFSET, SLOT_VERSION = 0, 1, 2, 3
+
+
+@njit(cache=True, nogil=True, inline="always")
+def normalize(h1: np.uint64, h2: np.uint64) -> tuple[np.uint64, np.uint64]:
+    """The stored form of a key hash: (0, 0) marks an empty slot, so a real one is remapped."""
+    if h1 == 0 and h2 == 0:
+        return h1, ZERO_HASH_REMAP
+    return h1, h2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def is_full(size: int, max_entries: int) -> bool:
+    """Kafka's full rule: at ``max_entries`` the map takes no put, not even of a key it holds."""
+    return size >= max_entries
+
+
+@njit(cache=True, nogil=True)
+def _home(h1: np.uint64, slots: int) -> Any:
+    """Home slot of a key: ``h1`` is a murmur3 output word, already uniform."""
+    return np.int64(h1 % np.uint64(slots))
+
+
+@njit(cache=True, nogil=True)
+def _dist(pos: int, h1: np.uint64, slots: int) -> Any:
+    """Distance of slot ``pos`` from the home slot of hash word ``h1``."""
+    home = _home(h1, slots)
+    return pos - home if pos >= home else pos + slots - home
+
+
+@njit(cache=True, nogil=True, inline="always")
+def find_slot(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> Any:
+    """Slot of the (normalised) hash, or -1: an absent key stops at the first richer resident."""
+    pos = _home(h1, slots)
+    for i in range(slots):
+        r1 = t[pos * width + SLOT_H1]
+        r2 = t[pos * width + SLOT_H2]
+        if r1 == h1 and r2 == h2:
+            return pos
+        if (r1 == 0 and r2 == 0) or _dist(pos, r1, slots) < i:
+            return -1  # Robin Hood: the key would have displaced this resident
+        pos += 1
+        if pos == slots:
+            pos = 0
+    return -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mark_slot(touched: Any, pos: int) -> None:
+    """Set slot ``pos``'s bit in a touched bitmap (``fused.touched_bitmap``)."""
+    touched[pos >> 6] |= np.uint64(1) << np.uint64(pos & 63)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def stored_entry(t: Any, width: int, pos: int, versioned: bool) -> tuple[Any, Any, bool]:
+    """``(offset, version, has_version)`` of slot ``pos``; the offset's sign is has_version."""
+    packed = np.int64(t[pos * width + SLOT_OFFSET])
+    if not versioned:
+        return packed, 0, False
+    if packed >= 0:
+        return packed, np.int64(t[pos * width + SLOT_VERSION]), True
+    return ~packed, np.int64(t[pos * width + SLOT_VERSION]), False
+
+
+@njit(cache=True, nogil=True, inline="always")
+def insert_key(
+    t: Any,
+    width: int,
+    slots: int,
+    h1: np.uint64,
+    h2: np.uint64,
+    offset: int,
+    version: int,
+    has: bool,
+    versioned: bool,
+    touched: Any,
+    mark: bool,
+) -> int:
+    """Put one record (normalised hash); returns 1 if it added a key, 0 if the key was present.
+
+    The caller guarantees a free slot (``not is_full``). With ``mark``, every slot written is
+    marked in ``touched`` so a clear can cost the slots used rather than the whole table.
+    """
+    packed = np.uint64(offset if (has or not versioned) else ~offset)
+    ver = np.uint64(version)
+    pos = _home(h1, slots)
+    d = 0
+    while True:
+        o = pos * width
+        r1 = t[o + SLOT_H1]
+        r2 = t[o + SLOT_H2]
+        if r1 == 0 and r2 == 0:
+            break
+        if r1 == h1 and r2 == h2:
+            if not versioned:
+                t[o + SLOT_OFFSET] = packed  # Kafka: the later put always replaces
+            else:
+                so, sv, sh = stored_entry(t, width, pos, versioned)
+                if wins(offset, version, has, so, sv, sh):
+                    t[o + SLOT_OFFSET] = packed
+                    t[o + SLOT_VERSION] = ver
+            return 0
+        rd = _dist(pos, r1, slots)
+        if rd < d:
+            # key absent: take this slot and carry the resident on (no equality checks needed)
+            t[o + SLOT_H1] = h1
+            t[o + SLOT_H2] = h2
+            p = t[o + SLOT_OFFSET]
+            t[o + SLOT_OFFSET] = packed
+            if versioned:
+                pv = t[o + SLOT_VERSION]
+                t[o + SLOT_VERSION] = ver
+                ver = pv
+            if mark:
+                mark_slot(touched, pos)
+            h1, h2, packed = r1, r2, p
+            d = rd
+        pos += 1
+        d += 1
+        if pos == slots:
+            pos = 0
+    o = pos * width
+    t[o + SLOT_H1] = h1
+    t[o + SLOT_H2] = h2
+    t[o + SLOT_OFFSET] = packed
+    if versioned:
+        t[o + SLOT_VERSION] = ver
+    if mark:
+        mark_slot(touched, pos)
+    return 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def retains(
+    t: Any,
+    width: int,
+    slots: int,
+    h1: np.uint64,
+    h2: np.uint64,
+    offset: int,
+    version: int,
+    has: bool,
+    versioned: bool,
+) -> bool:
+    """Whether a record (normalised hash) wins its key; a key the map lacks is kept.
+
+    Offset strategy: Kafka's ``offset >= found``. Timestamp/header: the record is the stored
+    winner (same offset), or it beats it. The second case only arises for a record the map
+    never saw (e.g. from the clean section); keeping it never loses the true winner.
+    """
+    pos = find_slot(t, width, slots, h1, h2)
+    if pos < 0:
+        return True
+    so, sv, sh = stored_entry(t, width, pos, versioned)
+    if not versioned:
+        return bool(offset >= so)  # Kafka's `offset >= found`
+    return offset == so or wins(offset, version, has, so, sv, sh)

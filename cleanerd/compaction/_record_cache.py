@@ -1,0 +1,156 @@
+"""What pass 1 saw of each segment, kept for pass 2 so it need not read the dirty batches again.
+
+Pass 2 decides a record from its offset, whether it has a key, whether it is a tombstone, and
+its key hash; pass 1 computed all of these. Kept per record (25 bytes, plus one byte for pass 2's
+verdict) for the batches pass 1 indexed, they let pass 2 decide those batches without reading
+them: a batch that loses every record is dropped, and one that keeps every record is copied,
+both without decompressing; only a batch that keeps some of its records is read again (to
+rebuild it). Records live in preallocated arrays (pages are touched only as they fill), in the
+order pass 1 indexed them, so a batch's records are one contiguous range.
+
+Pass 1 also leaves, per chunk, its batch matrix (checked: lengths, offsets, CRC32C) and each
+batch's first cached record (-1: not cached). When pass 1 read a whole segment from its first
+byte, pass 2 (and the producer-state walk) take the segment's batches from here instead of
+walking it again. Both parts are bounded: records by ``max_bytes``, batch matrices by a quarter
+of it. Once full, the cache stops taking records (or chunks) and pass 2 reads those as usual.
+
+Offset strategy only: under timestamp and header the record's version would be needed too.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from cleanerd.format import I64
+from cleanerd.format import kernels as k
+
+Arr = npt.NDArray[Any]
+RECORD_BYTES = 16 + 8 + 1 + 1  # hash, offset, flags, pass 2's keep flag
+BATCH_BYTES = 8 * (k.BATCH_COLUMNS + 1)  # a batch matrix row and its first record
+
+
+def _anonymous(nbytes: int, dtype: type[np.generic]) -> Arr:
+    """A zero-filled array in its own anonymous mapping, on small pages.
+
+    numpy asks for transparent huge pages for large arrays; with the kernel's default THP
+    ``defrag`` setting, a huge page fault may first compact memory, which here stalled the
+    first pass of a clean by up to a quarter of a second. Small pages fault in at a steady
+    ~1 us per 4 KiB as the cache fills, and the mapping goes when the cache does.
+    """
+    region = mmap.mmap(-1, max(nbytes, 1))
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        region.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(region, dtype=dtype)[: nbytes // np.dtype(dtype).itemsize]
+
+
+@dataclass
+class _Segment:
+    chunks: list[tuple[I64, I64]] = field(default_factory=list)  # (batches, first record)
+    payload_bytes: list[int] = field(default_factory=list)  # each chunk's records, decompressed
+    whole: bool = True  # every chunk pass 1 read is in ``chunks``
+    complete: bool = False  # ... and pass 1 read the segment from byte 0 to its end
+    frozen: tuple[I64, I64] | None = None  # positions and first records of all chunks
+
+
+class RecordCache:
+    """Per segment: the batches pass 1 read and the records it indexed (up to ``max_bytes``)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_records = max(0, max_bytes) // RECORD_BYTES
+        self.max_batch_bytes = max(0, max_bytes) // 4
+        self.records = 0
+        self.batch_bytes = 0
+        self.winners_from = -1  # records from this offset on carry fused.FLAG_WINNER
+        self.ascending = True  # record offsets rise strictly from one record to the next
+        self._segments: dict[int, _Segment] = {}
+        self.hashes = np.zeros((0, 2), dtype=np.uint64)
+        self.offsets = np.zeros(0, dtype=np.int64)
+        self.flags = np.zeros(0, dtype=np.uint8)
+        self.keep = np.zeros(0, dtype=np.bool_)
+
+    def reset(self) -> None:
+        """Forget everything (the record arrays stay allocated, for the next clean)."""
+        self.records = 0
+        self.batch_bytes = 0
+        self.winners_from = -1
+        self.ascending = True
+        self._segments.clear()
+
+    def reserve(self, n: int) -> int:
+        """Where ``n`` more records would go, or -1 if they do not fit (see ``commit``)."""
+        if n <= 0 or self.records + n > self.max_records:
+            return -1
+        if self.hashes.shape[0] == 0:  # allocated on first use; untouched pages cost nothing
+            cap = self.max_records
+            self.hashes = _anonymous(cap * 16, np.uint64).reshape(cap, 2)
+            self.offsets = _anonymous(cap * 8, np.int64)
+            self.flags = _anonymous(cap, np.uint8)
+            self.keep = _anonymous(cap, np.bool_)
+        return self.records
+
+    def commit(self, n: int) -> None:
+        """Take the ``n`` records written at ``reserve``'s position (in offset order, as the
+        record index checks; whether they follow the records before them is checked here)."""
+        at = self.records
+        if n and at and self.offsets[at] <= self.offsets[at - 1]:
+            self.ascending = False  # segments whose offsets overlap
+        self.records += n
+
+    def add_chunk(self, segment_id: int, batches: I64, first: I64, payload_bytes: int) -> None:
+        """Remember a chunk pass 1 read: its batches, each one's first cached record, and what
+        its records took decompressed."""
+        seg = self._segments.setdefault(segment_id, _Segment())
+        size = BATCH_BYTES * batches.shape[0]
+        if not seg.whole or self.batch_bytes + size > self.max_batch_bytes:
+            seg.whole = False
+            if not (first >= 0).any():
+                return
+            # keep only the cached batches, for lookups by position
+            rows = np.flatnonzero(first >= 0)
+            batches, first = batches[rows], first[rows]
+            size = BATCH_BYTES * rows.size
+        self.batch_bytes += size
+        seg.chunks.append((batches, first))
+        seg.payload_bytes.append(payload_bytes)
+        seg.frozen = None
+
+    def mark_complete(self, segment_id: int) -> None:
+        """Pass 1 read the segment from its first byte to its end."""
+        seg = self._segments.get(segment_id)
+        if seg is not None and seg.whole:
+            seg.complete = True
+
+    def chunks(self, segment_id: int) -> list[tuple[I64, I64]] | None:
+        """Every batch of the segment as pass 1 read it, chunk by chunk, if it read it whole."""
+        seg = self._segments.get(segment_id)
+        if seg is None or not seg.complete:
+            return None
+        return seg.chunks
+
+    def payload_bytes(self, segment_id: int) -> list[int]:
+        """What each of ``chunks``' chunks took decompressed, as pass 1 laid it out."""
+        seg = self._segments.get(segment_id)
+        return [] if seg is None else seg.payload_bytes
+
+    def first_records(self, segment_id: int, batches: I64) -> I64 | None:
+        """Each batch's first cached record (-1: not cached), matched by position."""
+        seg = self._segments.get(segment_id)
+        if seg is None or not seg.chunks:
+            return None
+        if seg.frozen is None:
+            pos = np.concatenate([b[:, k.B_POS] for b, _ in seg.chunks])
+            first = np.concatenate([f for _, f in seg.chunks])
+            seg.frozen = (pos, first)
+        positions, firsts = seg.frozen
+        if positions.size == 0:
+            return None
+        want = batches[:, k.B_POS]
+        at = np.minimum(np.searchsorted(positions, want), positions.size - 1)
+        found: I64 = np.where(positions[at] == want, firsts[at], -1)
+        return found

@@ -1,0 +1,239 @@
+"""Writing what pass 2 keeps into the ``.cleaned`` segment (docs/kafka-format.md §4.11, §4.12).
+
+COPY batches are the source segment's bytes as they are; REBUILD batches are re-encoded with
+their kept records (``rebuild``: same base and last offset, producer fields, codec at its default
+level, timestamp type, leader epoch; the delete horizon stamped or carried); EMPTY batches become
+61-byte headers. A chunk's output batches, in order, are cut into appends of about
+``APPEND_BYTES`` (``append_groups``), each one ``LogSegment.append`` (which adds index entries as
+Kafka's does): an append that lies end to end in one source goes out as a slice of it, any other
+is gathered by a kernel. No per-batch Python loop runs, so workers on other threads keep the GIL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from cleanerd.compaction._filter import Action, ChunkDecision
+from cleanerd.compaction._rebuild import rebuild_batches
+from cleanerd.compaction._stats import CleanerStats
+from cleanerd.compaction._throttle import Throttler
+from cleanerd.format import (
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    I64,
+    U8,
+    build_empty_batch,
+)
+from cleanerd.format import kernels as k
+from cleanerd.storage import LogSegment
+
+APPEND_BYTES = 256 << 10
+"""Target size of one append to the cleaned segment (Kafka appends one write buffer at a time)."""
+
+NO_TIMESTAMP = -1
+Arr = npt.NDArray[Any]
+_NO_BYTES = np.zeros(0, dtype=np.uint8)
+
+
+@njit(cache=True, nogil=True)
+def append_groups(sizes: Arr, fill: int, limit: int) -> Arr:
+    """Ends of the appends the batches of ``sizes`` close, after ``fill`` pending bytes.
+
+    Batches are taken whole and in order: one that does not fit in ``limit`` behind what is
+    pending closes the append before it (an end equal to the previous one flushes only what
+    was pending); an append closes as soon as it holds ``limit`` bytes. The batches after the
+    last end stay pending.
+    """
+    ends = np.empty(2 * sizes.shape[0] + 1, dtype=np.int64)
+    n = 0
+    for i in range(sizes.shape[0]):
+        if fill > 0 and fill + sizes[i] > limit:
+            ends[n] = i
+            n += 1
+            fill = 0
+        fill += sizes[i]
+        if fill >= limit:
+            ends[n] = i + 1
+            n += 1
+            fill = 0
+    return ends[:n]
+
+
+@njit(cache=True, nogil=True)
+def gather(
+    src0: Arr, src1: Arr, src2: Arr, which: Arr, pos: Arr, size: Arr, lo: int, dest: Arr
+) -> None:
+    """Batches ``lo..`` end to end into ``dest`` (until it is full): batch i is ``size[i]``
+    bytes at ``pos[i]`` of ``src0``, ``src1`` or ``src2`` as ``which[i]`` says."""
+    q = 0
+    i = lo
+    while q < dest.shape[0]:
+        n = size[i]
+        p = pos[i]
+        if which[i] == 0:
+            dest[q : q + n] = src0[p : p + n]
+        elif which[i] == 1:
+            dest[q : q + n] = src1[p : p + n]
+        else:
+            dest[q : q + n] = src2[p : p + n]
+        q += n
+        i += 1
+
+
+class CleanedSegmentWriter:
+    """Appends retained batches to one ``.cleaned`` segment, a piece at a time."""
+
+    def __init__(
+        self, segment: LogSegment, stats: CleanerStats, throttler: Throttler | None = None
+    ) -> None:
+        self.segment = segment
+        self.stats = stats
+        self.throttler = throttler
+        self._buf = bytearray()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._buf.clear()
+        self._largest = -1
+        self._max_ts = NO_TIMESTAMP
+        self._max_ts_offset = -1
+
+    def flush(self) -> None:
+        """Append what is queued."""
+        if self._buf:
+            self._append(self._buf, self._largest, self._max_ts, self._max_ts_offset)
+            self._reset()
+
+    def _append(
+        self, data: bytes | bytearray | memoryview, largest: int, max_ts: int, ts_offset: int
+    ) -> None:
+        size = len(data)
+        self.segment.append(
+            data,
+            largest_offset=largest,
+            largest_timestamp=max_ts,
+            offset_of_max_timestamp=ts_offset,
+        )
+        self.stats.bytes_written += size
+        if self.throttler is not None:
+            self.throttler.maybe_throttle(size)
+
+    def write(self, arr: U8, d: ChunkDecision) -> None:
+        """Append the chunk's retained batches in order."""
+        b = d.batches
+        out = np.flatnonzero(d.action != Action.DROP)
+        if out.size == 0:
+            return
+        actions = d.action[out]
+        rows = b[out]
+        which = np.zeros(out.size, dtype=np.int64)  # 0: arr, 1: rebuilt, 2: emptied
+        pos = rows[:, k.B_POS].copy()
+        size = rows[:, k.B_SIZE].copy()
+        max_ts = rows[:, k.B_MAX_TIMESTAMP].copy()
+        rebuilt = _NO_BYTES
+        rb = np.flatnonzero(actions == Action.REBUILD)
+        if rb.size:
+            kept_idx = np.flatnonzero(d.keep)
+            r = rebuild_batches(
+                d.payload,
+                d.records,
+                kept_idx,
+                d.record_batch[kept_idx],
+                b,
+                out[rb],
+                d.stamp_horizon,
+            )
+            rebuilt = r.buf
+            which[rb], pos[rb], size[rb], max_ts[rb] = 1, r.starts, r.ends - r.starts, r.max_ts
+        emptied = _NO_BYTES
+        em = np.flatnonzero(actions == Action.EMPTY)
+        if em.size:
+            emptied = np.frombuffer(b"".join(_empty_batch(b[i]) for i in out[em]), np.uint8)
+            which[em], pos[em], size[em] = 2, np.arange(em.size) * k.HEADER_SIZE, k.HEADER_SIZE
+        self._put(
+            _Pieces((arr, rebuilt, emptied), which, pos, size, max_ts, rows[:, k.B_LAST_OFFSET])
+        )
+        copy = actions == Action.COPY
+        written = copy | (actions == Action.REBUILD)
+        self.stats.messages_written += int(d.kept[out[written]].sum())
+        self.stats.add(batches_copied=int(copy.sum()), batches_rebuilt=int(out.size - copy.sum()))
+
+    def _put(self, p: _Pieces) -> None:
+        """Append the batches in groups of about ``APPEND_BYTES``; the last group stays queued."""
+        n = int(p.size.shape[0])
+        lo = 0
+        for hi in [*append_groups(p.size, len(self._buf), APPEND_BYTES).tolist(), None]:
+            end = n if hi is None else hi
+            if end > lo:
+                data = p.bytes(lo, end)
+                top = lo + int(np.argmax(p.max_ts[lo:end]))
+                largest, mts, mts_offset = (
+                    int(p.last[end - 1]),
+                    int(p.max_ts[top]),
+                    int(p.last[top]),
+                )
+                if hi is not None and not self._buf:
+                    self._append(data, largest, mts, mts_offset)  # whole: no copy into the queue
+                else:
+                    self._buf += data
+                    self._largest = max(self._largest, largest)
+                    if mts > self._max_ts or self._max_ts_offset < 0:
+                        self._max_ts, self._max_ts_offset = mts, mts_offset
+            if hi is not None:
+                self.flush()
+            lo = end
+
+
+@dataclass(frozen=True)
+class _Pieces:
+    """A chunk's output batches in order: batch i is ``srcs[which[i]][pos[i]:][:size[i]]``."""
+
+    srcs: tuple[U8, U8, U8]
+    which: I64
+    pos: I64
+    size: I64
+    max_ts: I64
+    last: I64
+
+    def bytes(self, lo: int, hi: int) -> memoryview:
+        """Batches ``lo..hi-1``: a slice of the source when they lie there end to end."""
+        which, pos = self.which[lo:hi], self.pos[lo:hi]
+        start, stop = int(pos[0]), int(pos[-1] + self.size[hi - 1])
+        total = int(self.size[lo:hi].sum())
+        if (which == which[0]).all() and stop - start == total:
+            return self.srcs[int(which[0])].data[start:stop]
+        dest = np.empty(total, dtype=np.uint8)
+        gather(*self.srcs, self.which, self.pos, self.size, lo, dest)
+        return dest.data
+
+
+def _flags(row: I64) -> tuple[bool, bool, bool]:
+    attrs = int(row[k.B_ATTRIBUTES])
+    return (
+        bool(attrs & ATTR_TIMESTAMP_TYPE),
+        bool(attrs & ATTR_TRANSACTIONAL),
+        bool(attrs & ATTR_CONTROL),
+    )
+
+
+def _empty_batch(row: I64) -> bytes:
+    """Kafka's ``writeEmptyHeader``: offsets, producer fields and max timestamp kept."""
+    log_append_time, transactional, control = _flags(row)
+    return build_empty_batch(
+        base_offset=int(row[k.B_BASE_OFFSET]),
+        last_offset=int(row[k.B_LAST_OFFSET]),
+        max_timestamp=int(row[k.B_MAX_TIMESTAMP]),
+        log_append_time=log_append_time,
+        transactional=transactional,
+        control=control,
+        producer_id=int(row[k.B_PRODUCER_ID]),
+        producer_epoch=int(row[k.B_PRODUCER_EPOCH]),
+        base_sequence=int(row[k.B_BASE_SEQUENCE]),
+        partition_leader_epoch=int(row[k.B_LEADER_EPOCH]),
+    )

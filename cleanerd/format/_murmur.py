@@ -1,0 +1,103 @@
+"""MurmurHash3 x64 128 (seed 0) of key bytes in place, callable from other numba kernels.
+
+``murmur3_128_at`` takes a raw pointer so the record index can hash each key as it parses it
+(see ``pointer.data_ptr``); ``mmh3.hash128(key, 0, True)`` gives the same value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from cleanerd.format._pointer import Ptr, data_ptr
+
+Arr = npt.NDArray[Any]
+
+# MurmurHash3 x64 128 ------------------------------------------------------------------------
+_C1 = np.uint64(0x87C37B91114253D5)
+_C2 = np.uint64(0x4CF5AD432745937F)
+_M1 = np.uint64(0xFF51AFD7ED558CCD)
+_M2 = np.uint64(0xC4CEB9FE1A85EC53)
+
+
+@njit(cache=True)
+def _rotl(x: np.uint64, r: int) -> np.uint64:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+@njit(cache=True)
+def _fmix(k: np.uint64) -> np.uint64:
+    k ^= k >> np.uint64(33)
+    k *= _M1
+    k ^= k >> np.uint64(33)
+    k *= _M2
+    k ^= k >> np.uint64(33)
+    return k
+
+
+@njit(cache=True)
+def _le64(buf: Ptr, p: int) -> np.uint64:
+    v = np.uint64(0)
+    for i in range(8):
+        v |= np.uint64(buf[p + i]) << np.uint64(8 * i)
+    return v
+
+
+@njit(cache=True, nogil=True)
+def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
+    """MurmurHash3 x64 128, seed 0, of ``buf[pos:pos+length]``: (h1, h2)."""
+    return murmur3_128_at(data_ptr(buf), pos, length)
+
+
+@njit(cache=True)
+def murmur3_128_at(buf: Ptr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
+    h1 = np.uint64(0)
+    h2 = np.uint64(0)
+    nblocks = length // 16
+    for i in range(nblocks):
+        k1 = _le64(buf, pos + 16 * i)
+        k2 = _le64(buf, pos + 16 * i + 8)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+        h1 = _rotl(h1, 27)
+        h1 += h2
+        h1 = h1 * np.uint64(5) + np.uint64(0x52DCE729)
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+        h2 = _rotl(h2, 31)
+        h2 += h1
+        h2 = h2 * np.uint64(5) + np.uint64(0x38495AB5)
+    tail = pos + 16 * nblocks
+    rem = length & 15
+    k1 = np.uint64(0)
+    k2 = np.uint64(0)
+    if rem > 8:
+        for i in range(rem - 1, 7, -1):
+            k2 ^= np.uint64(buf[tail + i]) << np.uint64(8 * (i - 8))
+        k2 *= _C2
+        k2 = _rotl(k2, 33)
+        k2 *= _C1
+        h2 ^= k2
+    if rem > 0:
+        for i in range(min(rem, 8) - 1, -1, -1):
+            k1 ^= np.uint64(buf[tail + i]) << np.uint64(8 * i)
+        k1 *= _C1
+        k1 = _rotl(k1, 31)
+        k1 *= _C2
+        h1 ^= k1
+    h1 ^= np.uint64(length)
+    h2 ^= np.uint64(length)
+    h1 += h2
+    h2 += h1
+    h1 = _fmix(h1)
+    h2 = _fmix(h2)
+    h1 += h2
+    h2 += h1
+    return h1, h2

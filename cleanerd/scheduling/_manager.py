@@ -1,0 +1,335 @@
+"""Which partition a worker cleans next, and each partition's cleaning state.
+
+Kafka's ``LogCleanerManager`` under the daemon: the states (in progress, aborted, paused(n)),
+the uncleanable mark and the grab. The grab is KIP-354's order, which Kafka never shipped:
+overdue logs first by must-clean ratio, then the rest by dirty ratio (``plan.rank``); a log an
+admin asked to clean goes first whatever its ratio. cleanerd adds what Kafka lacks: a failed
+clean, or a survey that cannot read the partition, is logged, counted and retried with exponential
+backoff before the partition is marked uncleanable (``failures``), and the mark is lifted when the
+partition's files change, when a survey reads it again, or on resume.
+
+Split in two so the event loop never reads files: ``scan`` (thread-safe, no status change) takes
+a ``Survey`` in a thread; ``apply`` and everything else run on the loop thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cleanerd.compaction import CleaningPlan
+from cleanerd.logger import get_logger
+from cleanerd.scheduling._failures import FailureBook, RetryPolicy
+from cleanerd.scheduling._grab import CleanOutcome, Grab, GrabFigures, add_clean, choose
+from cleanerd.scheduling._metadata import MetadataCache
+from cleanerd.scheduling._sizing import map_bytes_for
+from cleanerd.scheduling._state import (
+    CleaningState,
+    CleaningTotals,
+    PartitionStatus,
+)
+from cleanerd.scheduling._survey import PartitionSurvey, Resolve, Survey, take_survey
+from cleanerd.scheduling._upkeep import Upkeep
+from cleanerd.storage import TopicPartition, wall_clock_ms
+
+IDLE, IN_PROGRESS = CleaningState.IDLE, CleaningState.IN_PROGRESS
+ABORTED, PAUSED = CleaningState.ABORTED, CleaningState.PAUSED
+
+__all__ = ["CleanOutcome", "CleanerManager", "Grab", "RetryPolicy"]
+
+log = get_logger("cleanerd.manager")
+
+
+class CleanerManager(Upkeep):
+    """Partition states and the grab; the only writer of ``PartitionStatus`` records."""
+
+    def __init__(
+        self,
+        log_dirs: Sequence[Path],
+        resolve: Resolve,
+        *,
+        load_factor: float = 0.9,
+        budget_bytes: int = 128 << 20,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.log_dirs = tuple(Path(d) for d in log_dirs)
+        self.failures = FailureBook(retry or RetryPolicy())
+        self._config = (resolve, load_factor, budget_bytes)
+        self._clock = clock_ms
+        self._cache = MetadataCache()
+        self._scan_lock = threading.Lock()
+        self._statuses: dict[TopicPartition, PartitionStatus] = {}
+        self._surveyed: dict[TopicPartition, PartitionSurvey] = {}
+        self._stale: set[TopicPartition] = set()  # grabbed since the last fresh survey entry
+        self._released: dict[TopicPartition, int] = {}  # epoch at which a worker let go
+        self._epoch = 0
+        self._config_bad: set[TopicPartition] = set()  # its topic config did not resolve
+        self.totals = CleaningTotals()
+        self.survey_errors: tuple[str, ...] = ()
+        # Kafka's LogCleanerManager gauges and KIP-354's PreCleanStats, from the last grab
+        self.last_run_ms: int | None = None  # wall clock of the last grab attempt
+        self.max_dirty_ratio = 0.0  # of the last grab attempt
+        self.last_grab = GrabFigures(0.0, 0, 0, 0)  # of the last grab that returned a log
+        self.last_success_ms: int | None = None
+
+    # --- configuration and scanning ---------------------------------------------------------
+    def configure(
+        self,
+        resolve: Resolve,
+        *,
+        load_factor: float,
+        budget_bytes: int,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        """New topic settings, sizing and retry rule (SIGHUP); the next scan plans with them."""
+        self._config = (resolve, load_factor, budget_bytes)
+        if retry is not None:
+            self.failures.retry = retry
+
+    @property
+    def metadata(self) -> MetadataCache:
+        return self._cache
+
+    def scan(self) -> Survey:
+        """Refresh metadata and plan every compacted log at now. Thread-safe; changes no status
+        (run it with ``asyncio.to_thread`` and hand the result to ``apply``)."""
+        resolve = self._config[0]
+        with self._scan_lock:
+            epoch = self._epoch
+            return take_survey(self.log_dirs, resolve, self._cache, self._clock(), epoch)
+
+    def apply(self, survey: Survey) -> None:
+        """Take a survey's figures into the statuses; drop partitions that went away."""
+        for tp, entry in survey.partitions.items():
+            self._apply_one(tp, entry, survey.epoch)
+        for tp in list(self._statuses):
+            st = self._statuses[tp]
+            gone = tp not in survey.partitions and st.log_dir not in survey.unlisted_log_dirs
+            if gone and st.state not in (IN_PROGRESS, ABORTED):
+                self._forget(tp)
+        for error in survey.errors:
+            if error not in self.survey_errors:  # once while it lasts, not every survey
+                log.error("log dir survey problem", error=error)
+        self.survey_errors = survey.errors
+
+    def _forget(self, tp: TopicPartition) -> None:
+        del self._statuses[tp]
+        for found in (self._surveyed, self._released):
+            found.pop(tp, None)
+        for marks in (self._stale, self._config_bad):
+            marks.discard(tp)
+        self.failures.forget(tp)
+
+    def _apply_one(self, tp: TopicPartition, entry: PartitionSurvey, epoch: int) -> None:
+        st = self._statuses.get(tp)
+        if st is None:
+            st = self._statuses[tp] = PartitionStatus(tp, entry.log_dir, entry.directory)
+        busy = st.state in (IN_PROGRESS, ABORTED)
+        if busy or self._released.get(tp, -1) > epoch:
+            return  # the survey may predate the worker's changes: wait for a fresh one
+        self._stale.discard(tp)
+        self._surveyed[tp] = entry
+        st.size_bytes = entry.meta.size_bytes
+        if entry.config_error is not None:
+            if tp not in self._config_bad:
+                log.error("topic config invalid", partition=str(tp), error=entry.config_error)
+            self._config_bad.add(tp)
+            st.last_error = entry.config_error
+            return
+        if tp in self._config_bad:
+            self._config_bad.discard(tp)
+            st.last_error = None
+        st.compacted = entry.compacted
+        meta = entry.meta
+        if meta.error is None:
+            self.failures.read_ok(st, entry.fingerprint)
+        elif self.failures.read_failed(
+            st,
+            meta.error,
+            entry.fingerprint,
+            self._clock(),
+            file=meta.error_file,
+            position=meta.error_position,
+        ):
+            self.totals = dataclasses.replace(self.totals, failures=self.totals.failures + 1)
+        st.uncleanable = self.failures.uncleanable(tp)
+        self._take_plan(st, entry.plan)
+
+    @staticmethod
+    def _take_plan(st: PartitionStatus, p: CleaningPlan | None) -> None:
+        if p is None:
+            st.clean_bytes = st.cleanable_bytes = st.compaction_delay_ms = 0
+            st.dirty_ratio = st.must_clean_ratio = 0.0
+            st.overdue = st.cleanable = False
+            return
+        st.clean_bytes, st.cleanable_bytes = p.clean_bytes, p.cleanable_bytes
+        st.dirty_ratio, st.must_clean_ratio = p.dirty_ratio, p.must_clean_ratio
+        st.compaction_delay_ms = p.compaction_delay_ms
+        st.first_dirty_offset = p.first_dirty_offset
+        st.first_uncleanable_offset = p.first_uncleanable_offset
+        st.overdue, st.cleanable = p.overdue, p.is_cleanable
+
+    # --- grabbing -----------------------------------------------------------------------------
+    def _candidates(self, now: int) -> list[tuple[PartitionStatus, PartitionSurvey]]:
+        """Kafka's candidates: compacted, no cleaning state, not uncleanable; plus not backing
+        off after a failure (unless asked to clean) and planned since their last cleaning."""
+        out = []
+        for tp, st in self._statuses.items():
+            entry = self._surveyed.get(tp)
+            if (
+                entry is None
+                or entry.plan is None
+                or entry.settings is None
+                or not st.compacted
+                or st.state is not IDLE
+                or st.uncleanable
+                or tp in self._stale
+                or tp in self._config_bad
+                or tp in self.failures.unreadable
+            ):
+                continue
+            if st.retry_at_ms is not None and st.retry_at_ms > now and not st.clean_requested:
+                continue
+            out.append((st, entry))
+        return out
+
+    def grab(self) -> Grab | None:
+        """The next log to clean, marked in progress; None when nothing is cleanable."""
+        now = self._clock()
+        self.last_run_ms = now
+        candidates = self._candidates(now)
+        plans = [e.plan for _, e in candidates if e.plan is not None]
+        requested = {st.tp for st, _ in candidates if st.clean_requested}
+        chosen, figures = choose(plans, requested)
+        self.max_dirty_ratio = figures.max_dirty_ratio
+        if chosen is None:
+            return None
+        self.last_grab = figures  # Kafka keeps the PreCleanStats of grabs that found a log
+        st, entry = self._statuses[chosen], self._surveyed[chosen]
+        assert entry.plan is not None
+        assert entry.settings is not None
+        st.state = IN_PROGRESS
+        st.clean_requested = False
+        self._stale.add(chosen)
+        _, load_factor, budget = self._config
+        return Grab(
+            tp=chosen,
+            directory=entry.directory,
+            log_dir=entry.log_dir,
+            settings=entry.settings,
+            plan=entry.plan,
+            map_bytes=map_bytes_for(
+                entry.dirty_records, entry.settings.strategy, load_factor, budget
+            ),
+            dirty_records=entry.dirty_records,
+            max_compaction_delay_ms=figures.max_compaction_delay_ms,
+            requested=chosen in requested,
+        )
+
+    @property
+    def logs_compacted_by_max_lag(self) -> int:
+        """KIP-354's num-logs-compacted-by-max-compaction-lag: of the last grab with a log."""
+        return self.last_grab.logs_compacted_by_max_lag
+
+    @property
+    def last_grab_max_compaction_delay_ms(self) -> int:
+        return self.last_grab.max_compaction_delay_ms
+
+    # --- a worker lets go --------------------------------------------------------------------
+    def _let_go(self, tp: TopicPartition) -> PartitionStatus | None:
+        """In progress -> idle; aborted -> paused (Kafka's doneCleaning), or idle if resumed."""
+        st = self._statuses.get(tp)
+        if st is None:
+            return None
+        if st.state in (IN_PROGRESS, ABORTED):
+            st.state = PAUSED if st.paused_count > 0 else IDLE
+        self._epoch += 1
+        self._released[tp] = self._epoch
+        self._stale.add(tp)
+        return st
+
+    def done(self, tp: TopicPartition, result: CleanOutcome) -> None:
+        """A successful clean: history, totals, and no more failures or uncleanable mark."""
+        st = self._let_go(tp)
+        now = self._clock()
+        self.totals = add_clean(self.totals, result.stats, spark=result.engine == "spark")
+        self.last_success_ms = now
+        if st is None:
+            return
+        st.cleanings += 1
+        st.last_clean_ms, st.last_clean_seconds = now, result.seconds
+        st.last_clean_engine = result.engine
+        st.first_dirty_offset = result.end_offset
+        st.failures, st.retry_at_ms, st.last_error = 0, None, None
+        self.failures.clean_ok(tp)
+        st.uncleanable = self.failures.uncleanable(tp)
+
+    def failed(self, tp: TopicPartition, error: str, *, engine: str = "local") -> dict[str, Any]:
+        """A failed clean: retry after ``backoff * 2**(failures-1)`` (capped), and after
+        ``cleanerd.retry.attempts`` retries mark it uncleanable until its files change or
+        resume. Returns what happens next (failures, retry_in_ms or uncleanable) for the log."""
+        st = self._let_go(tp)
+        t = self.totals
+        self.totals = dataclasses.replace(
+            t, failures=t.failures + 1, spark_failures=t.spark_failures + (engine == "spark")
+        )
+        if st is None:
+            return {}
+        outcome = self.failures.clean_failed(st, error, self._clock())
+        st.uncleanable = self.failures.uncleanable(tp)
+        return outcome
+
+    def aborted(self, tp: TopicPartition) -> None:
+        """The worker stopped early (pause, abort, shutdown): no success, no failure."""
+        self._let_go(tp)
+
+    def should_abort(self, tp: TopicPartition) -> bool:
+        """Whether the cleaning of ``tp`` was aborted (a pause); the worker pool then sets that
+        cleaning's own abort signal, which its thread reads, so no thread reads this dict."""
+        st = self._statuses.get(tp)
+        return st is not None and st.state is ABORTED
+
+    # --- admin ---------------------------------------------------------------------------------
+    def pause(self, tp: TopicPartition) -> None:
+        """Kafka's abortAndPauseCleaning, counted: an in-progress log is aborted (paused when
+        its worker lets go). An unknown partition is ignored."""
+        st = self._statuses.get(tp)
+        if st is None:
+            return
+        st.paused_count += 1
+        if st.state is IN_PROGRESS:
+            st.state = ABORTED
+        elif st.state is IDLE:
+            st.state = PAUSED
+
+    def resume(self, tp: TopicPartition) -> None:
+        """Undo one pause (paused(n) -> paused(n-1), idle at 0); also clears the uncleanable
+        mark, failures and backoff (an operator's "try again")."""
+        st = self._statuses.get(tp)
+        if st is None:
+            return
+        st.paused_count = max(st.paused_count - 1, 0)
+        if st.state is PAUSED and st.paused_count == 0:
+            st.state = IDLE
+        self.failures.resume(tp)  # the next survey and grab try it again
+        st.failures, st.retry_at_ms = 0, None
+        st.uncleanable = False
+
+    def request_clean(self, tp: TopicPartition) -> None:
+        """Clean at the next grab whatever the ratio (not while paused or uncleanable)."""
+        st = self._statuses.get(tp)
+        if st is not None:
+            st.clean_requested = True
+
+    # --- reading ----------------------------------------------------------------------------
+    def status(self, tp: TopicPartition) -> PartitionStatus | None:
+        st = self._statuses.get(tp)
+        return None if st is None else dataclasses.replace(st)
+
+    def statuses(self) -> tuple[PartitionStatus, ...]:
+        """Copies, by topic partition."""
+        return tuple(dataclasses.replace(self._statuses[tp]) for tp in sorted(self._statuses))

@@ -1,0 +1,311 @@
+"""The daemon's per-partition metadata cache: a ``LogMeta`` per scan from stats, not rescans.
+
+Each scan lists a partition dir and stats its ``.log`` files; a segment whose (size, mtime,
+inode) did not change keeps its cached walk, one that only grew (the active segment) is walked
+from where the last walk stopped, anything else is walked again. The LSO needs the producer
+state only when some segment holds transactional batches, and then only those segments (no
+other batch opens or ends a transaction); its result is cached on their stats too. The log dir
+checkpoints are re-read only when their stat changes.
+
+Nothing here opens a ``PartitionLog``: opening may recover an interrupted swap, which only the
+cleaning worker may do. One scan at a time: the manager serialises callers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from cleanerd.compaction import (
+    LogMeta,
+    SegmentMeta,
+    SegmentWalk,
+    segments_between,
+    settled,
+    walk_segment,
+)
+from cleanerd.scheduling._failures import locate
+from cleanerd.storage import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    StorageError,
+    TopicPartition,
+    offset_from_name,
+    read_offset_checkpoint,
+    scan_producer_state,
+    segment_log_stats,
+)
+
+_NONE: Mapping[TopicPartition, int] = MappingProxyType({})
+_CHECKPOINTS = (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FileStamp:
+    """What says a file changed: size, modification time, inode (a swap makes a new inode)."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileStamp:
+        return cls(int(st.st_size), int(st.st_mtime_ns), int(st.st_ino))
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirCheckpoints:
+    """A log dir's offset checkpoints as read at the start of a scan."""
+
+    cleaner: Mapping[TopicPartition, int] = field(default_factory=lambda: _NONE)
+    log_start: Mapping[TopicPartition, int] = field(default_factory=lambda: _NONE)
+    replication: Mapping[TopicPartition, int] = field(default_factory=lambda: _NONE)
+    error: str | None = None  # a checkpoint file that does not parse
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMeta:
+    """One partition as the last scan saw it; ``log`` is None when it was not (or could not be)
+    walked: ``error`` says why when it could not."""
+
+    tp: TopicPartition
+    directory: Path
+    size_bytes: int
+    fingerprint: int  # changes when a file appears, goes, or an inactive segment changes
+    log: LogMeta | None = None
+    segment_records: tuple[int, ...] = ()  # per segment of ``log``
+    transactional: bool = False
+    error: str | None = None
+    notes: tuple[str, ...] = ()
+    error_file: str | None = None  # where ``error`` happened, when it says
+    error_position: int | None = None  # byte position in ``error_file``
+
+    def records_between(self, from_offset: int, to_offset: int) -> int:
+        """Records in the segments Kafka's ``values(from, to)`` covers (sizing the offset map)."""
+        if self.log is None:
+            return 0
+        chosen = {s.base_offset for s in segments_between(self.log, from_offset, to_offset)}
+        return sum(
+            r
+            for s, r in zip(self.log.segments, self.segment_records, strict=True)
+            if s.base_offset in chosen
+        )
+
+
+def partition_log_meta(
+    tp: TopicPartition,
+    segments: list[SegmentMeta],
+    *,
+    log_start: int | None,
+    high_watermark: int | None,
+    cleaner_checkpoint: int | None,
+    first_unstable: int | None,
+) -> LogMeta:
+    """``LogMeta.from_log`` from what a partition's files say, without opening the log (which
+    may write): its segments, its log dir's checkpoints and its oldest open transaction. Shared
+    by the daemon's scans and ``cleanerd plan``, so both plan what opening would find."""
+    if not segments:  # opening it would create an empty active segment at the log start
+        segments = [SegmentMeta(log_start or 0, 0, 0, None, log_start or 0)]
+    leo = segments[-1].next_offset
+    start = log_start
+    if start is None or not segments[0].base_offset <= start <= leo:
+        start = segments[0].base_offset
+    high = leo if high_watermark is None else min(high_watermark, leo)
+    return LogMeta(
+        topic_partition=tp,
+        segments=tuple(segments),
+        log_start_offset=start,
+        log_end_offset=leo,
+        last_stable_offset=high if first_unstable is None else min(first_unstable, high),
+        checkpoint=cleaner_checkpoint,
+    )
+
+
+@dataclass(slots=True)
+class _Listing:
+    names: list[str] = field(default_factory=list)
+    # (base offset, path, stamp): paths stay strings, Path objects cost more than the stat
+    logs: list[tuple[int, str, FileStamp]] = field(default_factory=list)
+
+
+def _list(directory: Path) -> _Listing:
+    """The dir's names and its segments; NotRegularFileError (storage's rule, the partition's
+    error) when a file named like a segment file is a symlink or a FIFO."""
+    out = _Listing()
+    found = segment_log_stats(directory, names=out.names)
+    out.logs = sorted((base, path, FileStamp.of(st)) for base, (path, st) in found.items())
+    return out
+
+
+def _fingerprint(listing: _Listing) -> int:
+    """Names of all files and stats of the inactive segments: appends to the active segment do
+    not count (they are not what made a cleaning fail), a roll, a swap or a repair does."""
+    inactive = tuple((path, st.size, st.mtime_ns) for _, path, st in listing.logs[:-1])
+    return hash((tuple(sorted(listing.names)), inactive))
+
+
+class MetadataCache:
+    """Cached segment walks, LSOs and checkpoints across scans; counters for tests and bench."""
+
+    def __init__(self) -> None:
+        self._walks: dict[str, tuple[FileStamp, SegmentWalk]] = {}
+        self._lso: dict[Path, tuple[object, int | None]] = {}
+        self._checkpoints: dict[Path, tuple[FileStamp | None, Mapping[TopicPartition, int]]] = {}
+        self._seen: set[Path] = set()  # partition dirs this scan read
+        self._seen_logs: set[str] = set()  # segment files this scan read
+        self.walks = 0  # segment header walks (full or resumed)
+        self.lso_walks = 0  # producer-state walks
+        self.checkpoint_reads = 0
+
+    # --- scans ------------------------------------------------------------------------------
+    def begin_scan(self) -> None:
+        self._seen = set()
+        self._seen_logs = set()
+
+    def end_scan(self) -> None:
+        """Forget segments and partitions this scan did not see (deleted, swapped out)."""
+        self._walks = {p: v for p, v in self._walks.items() if p in self._seen_logs}
+        self._lso = {d: v for d, v in self._lso.items() if d in self._seen}
+
+    # --- log dir checkpoints ----------------------------------------------------------------
+    def _checkpoint(self, path: Path) -> Mapping[TopicPartition, int]:
+        try:
+            stamp: FileStamp | None = FileStamp.of(path.stat())
+        except FileNotFoundError:
+            stamp = None
+        cached = self._checkpoints.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        entries: Mapping[TopicPartition, int] = _NONE
+        if stamp is not None:
+            self.checkpoint_reads += 1
+            entries = MappingProxyType(read_offset_checkpoint(path))
+        self._checkpoints[path] = (stamp, entries)
+        return entries
+
+    def checkpoints(self, log_dir: Path) -> LogDirCheckpoints:
+        """The three offset checkpoints of ``log_dir`` (re-read only when their stat changed)."""
+        try:
+            cleaner, start, replication = (self._checkpoint(log_dir / n) for n in _CHECKPOINTS)
+        except (StorageError, OSError) as e:
+            return LogDirCheckpoints(error=str(e))
+        return LogDirCheckpoints(cleaner, start, replication)
+
+    # --- partitions -------------------------------------------------------------------------
+    def read(
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        checkpoints: LogDirCheckpoints,
+        *,
+        walk: bool = True,
+    ) -> PartitionMeta:
+        """The partition's metadata; ``walk=False`` only lists and stats (a topic the cleaner
+        never compacts). Never raises for a bad partition: the error is in the result."""
+        self._seen.add(directory)
+        try:
+            try:
+                return self._read(directory, tp, checkpoints, walk)
+            except FileNotFoundError:  # a file went away between listing and reading: once more
+                return self._read(directory, tp, checkpoints, walk)
+        except Exception as e:  # one bad partition must not stop the scan
+            file, position = locate(e)
+            return PartitionMeta(
+                tp,
+                directory,
+                0,
+                0,
+                error=f"{type(e).__name__}: {e}",
+                error_file=file,
+                error_position=position,
+            )
+
+    def _read(
+        self, directory: Path, tp: TopicPartition, checkpoints: LogDirCheckpoints, walk: bool
+    ) -> PartitionMeta:
+        listing = _list(directory)
+        size = sum(st.size for _, _, st in listing.logs)
+        fingerprint = _fingerprint(listing)
+        if not walk:
+            return PartitionMeta(tp, directory, size, fingerprint)
+        if checkpoints.error is not None:
+            return PartitionMeta(tp, directory, size, fingerprint, error=checkpoints.error)
+        walks = [
+            self._segment(base, path, stamp, active=i == len(listing.logs) - 1)
+            for i, (base, path, stamp) in enumerate(listing.logs)
+        ]
+        # A corrupt segment is planned up to its bad batch, as ``cleanerd plan`` does, so the
+        # partition's cleanable bytes still show (Kafka's uncleanable-bytes); ``error`` keeps
+        # the manager from cleaning it.
+        bad = next((w.error for w in walks if w.error is not None), None)
+        txn = [
+            (path, stamp)
+            for (_, path, stamp), w in zip(listing.logs, walks, strict=True)
+            if w.transactional
+        ]
+        log = partition_log_meta(
+            tp,
+            [w.meta for w in walks],
+            log_start=checkpoints.log_start.get(tp),
+            high_watermark=checkpoints.replication.get(tp),
+            cleaner_checkpoint=checkpoints.cleaner.get(tp),
+            first_unstable=self._first_unstable(directory, txn) if txn else None,
+        )
+        records = tuple(w.records for w in walks) or (0,)
+        notes = tuple(str(w.torn_tail) for w in walks if w.torn_tail is not None)
+        return PartitionMeta(
+            tp,
+            directory,
+            size,
+            fingerprint,
+            log,
+            records,
+            bool(txn),
+            None if bad is None else str(bad),
+            notes,
+            None if bad is None else bad.path,
+            None if bad is None else bad.position,
+        )
+
+    def _segment(self, base: int, path: str, stamp: FileStamp, *, active: bool) -> SegmentWalk:
+        """The segment's walk: cached when unchanged, resumed when it only grew."""
+        self._seen_logs.add(path)
+        cached = self._walks.get(path)
+        if cached is not None and cached[0] == stamp:
+            walk = cached[1]
+        else:
+            grew = (
+                cached is not None
+                and cached[0].inode == stamp.inode
+                and (cached[0].size <= stamp.size)
+            )
+            resume = cached[1] if grew and cached is not None else None
+            result = walk_segment(base, Path(path), torn_tail_ok=True, resume=resume)
+            self.walks += 1
+            walk = result.walk
+            self._walks[path] = (FileStamp.of(result.stat), walk)
+        return walk if active else settled(walk)
+
+    def _first_unstable(self, directory: Path, txn: list[tuple[str, FileStamp]]) -> int | None:
+        """First offset of the oldest open transaction, from the transactional segments only."""
+        key = tuple(txn)
+        cached = self._lso.get(directory)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        self.lso_walks += 1
+        scans = []
+        for path, _ in txn:
+            base = offset_from_name(os.path.basename(path))
+            result = walk_segment(base, Path(path), torn_tail_ok=True)
+            scans.append((result.arr, result.batches, path))
+        unstable = scan_producer_state(scans).first_unstable_offset
+        self._lso[directory] = (key, unstable)
+        return unstable

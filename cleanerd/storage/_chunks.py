@@ -1,0 +1,113 @@
+"""Reading a segment in chunks of whole batches, and giving back the pages a chunk used.
+
+Both cleaner passes (and producer-state folding) walk segments through ``iter_chunks`` so memory
+stays bounded however large a segment is: each chunk is checked as ``scan_batches`` checks it,
+and once the caller moves on, ``release`` drops the mapped pages of the chunk it is done with.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import sys
+from collections.abc import Callable, Iterator
+from typing import cast
+
+from cleanerd.format import I64, U8, CorruptRecordError, scan_batches_checked
+from cleanerd.format import kernels as k
+
+CHUNK_BYTES = 4 << 20
+"""Batch bytes handled per step of a pass; a batch larger than this is one chunk on its own."""
+
+
+def chunk_bytes() -> int:
+    """How many bytes a chunk reads now (``CHUNK_BYTES``, which tests shrink)."""
+    return CHUNK_BYTES
+
+
+def iter_chunks(
+    arr: U8,
+    *,
+    path: str,
+    start: int = 0,
+    prev_last_offset: int = -1,
+    check_crc: bool = True,
+    chunk_bytes: int | None = None,
+    strict: bool = True,
+) -> Iterator[I64]:
+    """Batch matrices of consecutive chunks of ``arr[start:]``; raises at the first bad batch.
+
+    Every batch is checked as ``scan_batches`` checks it (lengths, magic, CRC, rising offsets),
+    and a truncated last batch is an error: the cleaner only reads inactive segments. Once the
+    caller asks for the next chunk, the pages of the previous ones are released (``release``):
+    it must not keep views into them. With ``strict=False`` the walk ends quietly at the first
+    problem (a writer may be appending to the active segment).
+    """
+    size = int(arr.shape[0])
+    step = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    pos = start
+    prev = prev_last_offset
+    while pos < size:
+        end = min(size, pos + step)
+        scan = scan_batches_checked(arr, pos, end, path, check_crc, prev)
+        if len(scan) == 0 and end < size:
+            # one batch larger than the chunk, or a real problem: scan exactly that batch
+            whole = _batch_extent(arr, pos, size)
+            scan = scan_batches_checked(arr, pos, whole, path, check_crc, prev)
+        if len(scan):
+            yield scan.batches
+            prev = int(scan.batches[-1, k.B_LAST_OFFSET])
+            release(arr, pos, scan.end)  # the caller is done with this chunk's bytes
+            pos = scan.end
+        if len(scan) == 0 or (scan.error is not None and end >= size):
+            if not strict:
+                return
+            scan.raise_error()
+            if len(scan) == 0:  # pragma: no cover - scan_batches always reports why
+                raise CorruptRecordError("no batch found", path=path, position=pos)
+
+
+def release(arr: U8, start: int, end: int) -> None:
+    """Drop the pages of ``arr[start:end]`` from this process if ``arr`` maps a file.
+
+    Only the process's mapping goes (the page cache keeps the data; a later read faults it back
+    in), so resident memory stays at about one chunk per segment however large it is. The call
+    goes through ctypes where it can, which lets go of the GIL (``mmap.madvise`` holds it while
+    the kernel tears the page tables down, a tenth of a worker's GIL time).
+    """
+    base = arr.base.obj if isinstance(arr.base, memoryview) else arr.base
+    if not isinstance(base, mmap.mmap):
+        return
+    page = mmap.PAGESIZE
+    lo = start - start % page
+    hi = end - end % page
+    if hi <= lo:
+        return
+    if _madvise is not None and arr.size and arr.ctypes.data % page == 0:
+        _madvise(arr.ctypes.data + lo, hi - lo, mmap.MADV_DONTNEED)
+    else:
+        base.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    """libc's ``madvise`` through ctypes (which releases the GIL), or None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_int
+    return cast(Callable[[int, int, int], int], fn)
+
+
+_madvise = _libc_madvise()
+
+
+def _batch_extent(arr: U8, pos: int, size: int) -> int:
+    """End of the batch at ``pos`` by its length field, capped at ``size``."""
+    if pos + k.LOG_OVERHEAD > size:
+        return size
+    length = int.from_bytes(arr[pos + 8 : pos + 12].tobytes(), "big", signed=True)
+    return min(size, pos + k.LOG_OVERHEAD + max(length, 0))
