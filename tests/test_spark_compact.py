@@ -272,10 +272,12 @@ def test_a_writer_appends_while_a_plan_b_job_runs_and_the_result_is_the_local_en
             return
         log = PartitionLog(part, LogConfig(segment_bytes=spec["segment_bytes"]))
         try:
-            seen["append"] = log.append([late])
+            appended = log.append([late])
+            # before "append" is published: release() lets the tasks go only after it
+            seen["go_before_append"] = (gate / "go").exists()
+            seen["append"] = appended
         finally:
             log.close()
-        seen["go_before_append"] = (gate / "go").exists()
 
     def release() -> None:
         _wait_for(lambda: "append" in seen, seen)  # a writer blocked by the job: time out

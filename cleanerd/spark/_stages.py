@@ -260,16 +260,26 @@ def run_small(
 
 @contextmanager
 def one_job_group(sc: SparkContext) -> Iterator[None]:
-    """Run the block's Spark jobs in a job group of their own; if the block fails, cancel the
-    group and wait until none of its tasks still runs.
+    """Run the block's Spark jobs in a job group; if the block fails, cancel the group and
+    wait until none of its tasks still runs.
 
     Spark fails a job at its first failed task without waiting for the others: a write task
     still running would go on staging files after the driver removed the job's staging dir.
-    The wait polls the status tracker (its task counts change when the tasks' end events
-    arrive) and gives up after ``DRAIN_TIMEOUT_S``.
+    The caller's group is used when it set one (the daemon sets one per cleaning, to cancel it
+    on pause or shutdown), else a group of this block's own. The wait polls the status tracker
+    (its task counts change when the tasks' end events arrive) and gives up after
+    ``DRAIN_TIMEOUT_S``.
     """
+    group = sc.getLocalProperty("spark.jobGroup.id")
+    if group is not None:
+        try:
+            yield
+        except BaseException:
+            sc.cancelJobGroup(group)
+            _drain(sc, group)
+            raise
+        return
     group = f"cleanerd-{uuid.uuid4().hex}"
-    caller = {key: sc.getLocalProperty(key) for key in _GROUP_PROPERTIES}  # restored after
     sc.setJobGroup(group, "cleanerd plan B", interruptOnCancel=True)
     try:
         yield
@@ -278,8 +288,8 @@ def one_job_group(sc: SparkContext) -> Iterator[None]:
         _drain(sc, group)
         raise
     finally:
-        for key, value in caller.items():
-            sc.setLocalProperty(key, value)  # type: ignore[arg-type] # None unsets it
+        for key in _GROUP_PROPERTIES:
+            sc.setLocalProperty(key, None)  # type: ignore[arg-type] # None unsets it
 
 
 def _drain(sc: SparkContext, group: str) -> None:
