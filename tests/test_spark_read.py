@@ -27,7 +27,8 @@ from cleanerd.inspect._dump import log_items
 from cleanerd.spark._bounds import Bounds, to_micros
 from cleanerd.spark._columns import ARROW_SCHEMA
 from cleanerd.spark._metrics import ReadMetrics, ReadTotals
-from cleanerd.spark._read import OptionError, parse_options, read_log
+from cleanerd.spark._read import read_log
+from cleanerd.spark._read_options import OptionError, parse_options
 from cleanerd.spark._read_ranges import plan
 from cleanerd.workload import WorkloadSpec, generate
 from tests.bombs import bomb_logdir

@@ -25,9 +25,9 @@ from pyspark.sql.types import StructType
 
 from cleanerd.spark._columns import ARROW_SCHEMA
 from cleanerd.spark._pushdown import push
-from cleanerd.spark._read import ReadOptions, parse_options
+from cleanerd.spark._read_options import ReadOptions, parse_options
 from cleanerd.spark._read_ranges import SegmentRange, plan
-from cleanerd.spark._segment_read import RangeStats, ReadSpec, read_range
+from cleanerd.spark._segment_read import read_ranges
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -55,19 +55,6 @@ class RangePartition(InputPartition):
     def __init__(self, segment_range: SegmentRange) -> None:
         super().__init__(segment_range)
         self.range = segment_range
-
-
-def read_ranges(
-    ranges: Sequence[SegmentRange], spec: ReadSpec, metrics: ReadMetrics | None
-) -> Iterator[Any]:
-    """A task's Arrow batches; its counts go to ``metrics`` even when the read fails."""
-    for r in ranges:
-        stats = RangeStats()
-        try:
-            yield from read_range(r, spec, stats)
-        finally:
-            if metrics is not None:
-                metrics.add(stats)
 
 
 class KafkaLogReader(DataSourceReader):
@@ -106,7 +93,7 @@ class PushdownReader(KafkaLogReader):
 
 
 class KafkaLogDataSource(DataSource):
-    """``format("kafka-log")``: see the module docstring and ``read.OPTION_NAMES``."""
+    """``format("kafka-log")``: see the module docstring and ``_read_options.OPTION_NAMES``."""
 
     metrics: ClassVar[ReadMetrics | None] = None
     pushdown: ClassVar[bool] = True

@@ -9,10 +9,10 @@ the record index kernel, and then to the Arrow columns.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from cleanerd.spark._bounds import NO_TIMESTAMP, Bounds
 from cleanerd.spark._columns import CONTROL_CODE, record_batch
 from cleanerd.spark._read_ranges import SegmentRange, Txns
 from cleanerd.storage import CHUNK_BYTES, StorageError, map_readonly
+
+if TYPE_CHECKING:
+    from cleanerd.spark._metrics import ReadMetrics
 
 DEFAULT_BATCH_RECORDS = 65_536
 """Records per Arrow batch handed to Spark (bounded memory per task)."""
@@ -184,6 +187,19 @@ def read_range(r: SegmentRange, spec: ReadSpec, stats: RangeStats) -> Iterator[A
         if part is None:
             return
         yield part
+
+
+def read_ranges(
+    ranges: Sequence[SegmentRange], spec: ReadSpec, metrics: ReadMetrics | None
+) -> Iterator[Any]:
+    """A task's Arrow batches; its counts go to ``metrics`` even when the read fails."""
+    for r in ranges:
+        stats = RangeStats()
+        try:
+            yield from read_range(r, spec, stats)
+        finally:
+            if metrics is not None:
+                metrics.add(stats)
 
 
 def _read_range(r: SegmentRange, spec: ReadSpec, stats: RangeStats) -> Iterator[Any]:

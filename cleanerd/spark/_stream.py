@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from cleanerd.inspect import segment_logs
-from cleanerd.spark._datasource import read_ranges
-from cleanerd.spark._read import ReadOptions
+from cleanerd.spark._read_options import ReadOptions
 from cleanerd.spark._read_ranges import PartitionDir, partition_dirs, partition_txns, segment_ranges
-from cleanerd.spark._segment_read import ReadSpec
+from cleanerd.spark._segment_read import ReadSpec, read_ranges
 from cleanerd.storage import LogSegment
 from cleanerd.topics import LogConfig
 
