@@ -1,8 +1,8 @@
 """Counters a ``kafka-log`` read adds to from its tasks: Spark accumulators, read on the driver.
 
 Python data sources have no custom task metrics, so these travel inside the data source class
-(see ``datasource.source_for``): every task adds what its range cost, whether it read the
-range to the end or failed, and the driver reads the totals once the action finished.
+(``_datasource.KafkaLogDataSource.metrics``): every task adds what its range cost, whether it
+read the range to the end or failed, and the driver reads the totals once the action finished.
 """
 
 from __future__ import annotations
