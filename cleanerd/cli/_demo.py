@@ -34,7 +34,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cleanerd.cli._config import load_from_options
-from cleanerd.cli._plan import iec_size
+from cleanerd.cli._tables import iec_size
 from cleanerd.compaction import compact_directory, compile_clock
 from cleanerd.config import LoadedConfig, join_listen, load_config
 from cleanerd.service import Daemon, DaemonSnapshot, StartupError, configure_logging, run_async
