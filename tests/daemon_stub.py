@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cleanerd.scheduling import PartitionStatus
-from cleanerd.service import DaemonSnapshot
+from cleanerd.service import DaemonStatus
 from cleanerd.storage import TopicPartition
 
 
@@ -15,10 +15,10 @@ class OnePartition:
 
     def __init__(self, directory: Path) -> None:
         tp = TopicPartition("orders", 0)
-        self.status = PartitionStatus(tp, directory.parent, directory, compacted=True)
+        self.partition = PartitionStatus(tp, directory.parent, directory, compacted=True)
 
-    def snapshot(self) -> DaemonSnapshot:
-        return DaemonSnapshot(now_ms=0, partitions=(self.status,), ready=True)
+    def status(self) -> DaemonStatus:
+        return DaemonStatus(now_ms=0, partitions=(self.partition,), ready=True)
 
     def healthy(self) -> tuple[bool, str]:
         return True, "ok"

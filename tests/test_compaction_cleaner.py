@@ -25,9 +25,9 @@ from cleanerd.compaction import (
     plan_log,
     slot_bytes,
 )
-from cleanerd.compaction._build_map import build_offset_map
 from cleanerd.compaction._cleaner import Cleaner, CleaningAbortedError, CleanResult, segment_sizes
 from cleanerd.compaction._grouping import SegmentSizes, group_segments
+from cleanerd.compaction._offset_map._build import build_offset_map
 from cleanerd.compaction._transactions import NEVER_EXPIRE
 from cleanerd.format import INT_MAX as INT32_MAX
 from cleanerd.format import Record, RecordBatch, build_batch, scan_batches

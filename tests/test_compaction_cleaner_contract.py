@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from kafka.record.memory_records import MemoryRecords
 
 from cleanerd.compaction import Throttler
-from cleanerd.compaction import _writer as writer_mod
+from cleanerd.compaction._cleaned import _writer as writer_mod
+from cleanerd.compaction._cleaned._rebuild import NO_HORIZON, rebuild_batches
 from cleanerd.compaction._cleaner import Cleaner, segment_sizes
 from cleanerd.compaction._grouping import group_segments
-from cleanerd.compaction._rebuild import NO_HORIZON, rebuild_batches
 from cleanerd.format import (
     ATTR_DELETE_HORIZON,
     Compression,

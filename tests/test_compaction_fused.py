@@ -1,5 +1,7 @@
-"""The fused kernels probe the offset map with its own functions (``map_table``): a map they fill
-is the map ``OffsetMap.put_batch`` fills, slot for slot, and their retain rule is its rule."""
+"""The fused pass-1 and pass-2 kernels (``_offset_map._fill.map_records``,
+``_filter.decide_records``) probe the offset map with its own functions (``_offset_map._table``):
+a map they fill is the map ``OffsetMap.put_batch`` fills, slot for slot, and their retain rule is
+its rule."""
 
 from __future__ import annotations
 
@@ -10,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cleanerd.compaction import OffsetMap
-from cleanerd.compaction import _record_kernels as fused
 from cleanerd.compaction._batches import payloads
+from cleanerd.compaction._filter import decide_records
+from cleanerd.compaction._offset_map._fill import map_records
+from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED
+from cleanerd.compaction._offset_map._touched import touched_bitmap
 from cleanerd.format import Record, build_batch
 from cleanerd.format import kernels as k
 
@@ -37,7 +42,7 @@ def _map_records(omap: OffsetMap, arr: Arr, start: int) -> tuple[int, int, Arr, 
     hashes = np.empty((total, 2), np.uint64)
     offsets = np.empty(total, np.int64)
     flags = np.empty(total, np.uint8)
-    err, records, full_record, size, _latest = fused.map_records(
+    err, records, full_record, size, _latest = map_records(
         buf,
         starts,
         ends,
@@ -56,7 +61,7 @@ def _map_records(omap: OffsetMap, arr: Arr, start: int) -> tuple[int, int, Arr, 
         offsets,
         flags,
         0,
-        fused.touched_bitmap(omap),
+        touched_bitmap(omap),
     )
     assert err == k.REC_OK
     assert records == total
@@ -79,7 +84,7 @@ def test_fused_map_is_put_batch_map(
     full_record, n, hashes, offsets, flags = _map_records(fused_map, _log(keys, per_batch), start)
 
     plain = OffsetMap(slots * 24)
-    keyed = ((flags & fused.FLAG_KEYED) != 0) & (offsets >= start)
+    keyed = ((flags & FLAG_KEYED) != 0) & (offsets >= start)
     nxt, full = plain.put_batch(hashes, offsets, keyed=keyed)
     assert full == (full_record >= 0)
     assert nxt == (full_record if full else n)
@@ -90,7 +95,7 @@ def test_fused_map_is_put_batch_map(
     latest = int(offsets[-1])
     counts = np.array([len(keys)], np.int64)
     keep = np.empty(n, np.bool_)
-    fused.decide_records(
+    decide_records(
         fused_map.table,
         False,
         latest,
@@ -112,5 +117,5 @@ def test_fused_map_is_put_batch_map(
         -1,
     )
     retain = fused_map.should_retain(hashes, offsets)
-    is_keyed = (flags & fused.FLAG_KEYED) != 0
+    is_keyed = (flags & FLAG_KEYED) != 0
     assert np.array_equal(keep[is_keyed], retain[is_keyed])

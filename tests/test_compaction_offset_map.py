@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cleanerd.compaction._map_table import ZERO_HASH_REMAP
-from cleanerd.compaction._offset_map import (
+from cleanerd.compaction._offset_map._map import (
     OFFSET_SLOT_BYTES,
     VERSIONED_SLOT_BYTES,
     OffsetMap,
     slot_bytes,
 )
+from cleanerd.compaction._offset_map._table import ZERO_HASH_REMAP
 from cleanerd.compaction._strategy import compute_versions, record_versions, wins
 from cleanerd.format import Compression, Record, build_batch
 from cleanerd.format import kernels as k

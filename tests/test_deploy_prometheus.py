@@ -21,7 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from cleanerd.scheduling import CleaningState, PartitionStatus
-from cleanerd.service import DaemonSnapshot
+from cleanerd.service import DaemonStatus
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.storage import TopicPartition
 from tests.e2e_support import HOST, DaemonProcess, free_port, poll_until, sample_value, write_config
@@ -39,8 +39,8 @@ def _status(partition: int, **kw: Any) -> PartitionStatus:
     return PartitionStatus(tp=tp, log_dir=Path("/d"), directory=Path("/d") / tp.dir_name, **kw)
 
 
-def _gauges(snapshot: DaemonSnapshot) -> dict[str, float]:
-    body, _ = DaemonMetrics(lambda: snapshot).render()
+def _gauges(status: DaemonStatus) -> dict[str, float]:
+    body, _ = DaemonMetrics(lambda: status).render()
     return {
         s.name: s.value
         for family in text_string_to_metric_families(body.decode())
@@ -52,7 +52,7 @@ def _gauges(snapshot: DaemonSnapshot) -> dict[str, float]:
 def test_cleanable_partitions_counts_only_work_that_waits_or_runs() -> None:
     """The stall alert's "dirty partitions wait": paused, uncleanable and delete-only logs and
     logs below their ratio are not waiting work."""
-    snapshot = DaemonSnapshot(
+    status = DaemonStatus(
         now_ms=0,
         partitions=(
             _status(0, cleanable=True),
@@ -63,12 +63,12 @@ def test_cleanable_partitions_counts_only_work_that_waits_or_runs() -> None:
             _status(5, cleanable=False, dirty_ratio=0.1),
         ),
     )
-    assert _gauges(snapshot)["cleanerd_cleanable_partitions"] == 2
+    assert _gauges(status)["cleanerd_cleanable_partitions"] == 2
 
 
 def test_start_time_is_when_the_metrics_were_set_up() -> None:
     before = time.time()
-    started = _gauges(DaemonSnapshot(now_ms=0, partitions=()))["cleanerd_start_time_seconds"]
+    started = _gauges(DaemonStatus(now_ms=0, partitions=()))["cleanerd_start_time_seconds"]
     assert before <= started <= time.time()
 
 

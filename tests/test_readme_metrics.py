@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cleanerd.scheduling import PartitionStatus
 from cleanerd.service._metrics_doc import METRICS_DOC, MetricDoc
-from cleanerd.service._status import DaemonSnapshot, WorkerStatus
+from cleanerd.service._status import DaemonStatus, WorkerStatus
 from cleanerd.storage import TopicPartition
 
 REPO = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def _documented_fields(marker: str) -> set[str]:
 
 
 def test_operations_guide_documents_every_status_field() -> None:
-    served = DaemonSnapshot(now_ms=0, partitions=()).to_json()
+    served = DaemonStatus(now_ms=0, partitions=()).to_json()
     assert _documented_fields("status-fields") == set(served)
 
 
@@ -145,7 +145,7 @@ def _documented_subfields(marker: str, field: str) -> set[str]:
 
 
 def test_operations_guide_documents_every_total_and_worker_field() -> None:
-    served = DaemonSnapshot(now_ms=0, partitions=(), workers=(WorkerStatus(0),)).to_json()
+    served = DaemonStatus(now_ms=0, partitions=(), workers=(WorkerStatus(0),)).to_json()
     # dotted setting names in the cell (`delete.retention.ms`) are not field names
     assert _documented_subfields("status-fields", "totals") == set(served["totals"])
     assert _documented_subfields("status-fields", "workers") == set(served["workers"][0])

@@ -13,7 +13,7 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from cleanerd.scheduling import CleaningState, PartitionStatus
-from cleanerd.service import DaemonSnapshot
+from cleanerd.service import DaemonStatus
 from cleanerd.service._http import (
     MAX_BODY_BYTES,
     Access,
@@ -54,8 +54,8 @@ class FakeDaemon:
         self.health = (True, "")
         self.calls: list[tuple[str, TopicPartition]] = []
 
-    def snapshot(self) -> DaemonSnapshot:
-        return DaemonSnapshot(
+    def status(self) -> DaemonStatus:
+        return DaemonStatus(
             now_ms=1000,
             partitions=tuple(dataclasses.replace(p) for p in self.partitions.values()),
             ready=True,
@@ -88,7 +88,7 @@ def daemon() -> FakeDaemon:
 
 @pytest_asyncio.fixture
 async def server(daemon: FakeDaemon) -> AsyncIterator[HttpServer]:
-    srv = await start_http(daemon, DaemonMetrics(daemon.snapshot), "127.0.0.1", 0, Access(TOKEN))
+    srv = await start_http(daemon, DaemonMetrics(daemon.status), "127.0.0.1", 0, Access(TOKEN))
     yield srv
     await srv.close()
 
@@ -239,7 +239,7 @@ async def _remote_peer(
 
 @pytest_asyncio.fixture
 async def remote_server(daemon: FakeDaemon) -> AsyncIterator[HttpServer]:
-    app = make_app(daemon, DaemonMetrics(daemon.snapshot), Access(TOKEN))
+    app = make_app(daemon, DaemonMetrics(daemon.status), Access(TOKEN))
     app.middlewares.insert(0, _remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)
     yield srv
@@ -275,21 +275,21 @@ async def test_remote_admin_with_token(
 @pytest.mark.asyncio
 async def test_port_in_use_raises(server: HttpServer, daemon: FakeDaemon) -> None:
     with pytest.raises(OSError, match="in use"):
-        await start_http(daemon, DaemonMetrics(daemon.snapshot), "127.0.0.1", server.port)
+        await start_http(daemon, DaemonMetrics(daemon.status), "127.0.0.1", server.port)
 
 
 @pytest.mark.asyncio
 async def test_close_frees_the_port(daemon: FakeDaemon) -> None:
-    srv = await start_http(daemon, DaemonMetrics(daemon.snapshot), "127.0.0.1", 0)
+    srv = await start_http(daemon, DaemonMetrics(daemon.status), "127.0.0.1", 0)
     port = srv.port
     await srv.close()
-    again = await start_http(daemon, DaemonMetrics(daemon.snapshot), "127.0.0.1", port)
+    again = await start_http(daemon, DaemonMetrics(daemon.status), "127.0.0.1", port)
     assert again.port == port
     await again.close()
 
 
 async def _remote(daemon: FakeDaemon, *, status_public: bool = False) -> HttpServer:
-    app = make_app(daemon, DaemonMetrics(daemon.snapshot), Access(TOKEN, status_public))
+    app = make_app(daemon, DaemonMetrics(daemon.status), Access(TOKEN, status_public))
     app.middlewares.insert(0, _remote_peer)
     return await serve_app(app, "127.0.0.1", 0)
 
@@ -357,7 +357,7 @@ async def test_access_rules_are_read_at_each_request(
 ) -> None:
     """The daemon passes a function, so a SIGHUP that changes the token applies at once."""
     rules = [Access("old-token")]
-    app = make_app(daemon, DaemonMetrics(daemon.snapshot), lambda: rules[-1])
+    app = make_app(daemon, DaemonMetrics(daemon.status), lambda: rules[-1])
     app.middlewares.insert(0, _remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)
     try:

@@ -1,4 +1,4 @@
-"""The Prometheus exposition built from hand-made snapshots, read back with the client's parser.
+"""The Prometheus exposition built from hand-made statuses, read back with the client's parser.
 
 Checks names, units and Kafka's computations (docs/kafka-format.md §4.15): maxima over the workers'
 last passes, the recopy ratio over their sums, delays in seconds, zeros without workers,
@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cleanerd.scheduling import CleaningState, CleaningTotals, PartitionStatus
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.service._metrics_doc import METRICS_DOC
-from cleanerd.service._status import DaemonSnapshot, WorkerStatus
+from cleanerd.service._status import DaemonStatus, WorkerStatus
 from cleanerd.storage import TopicPartition
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -30,10 +30,8 @@ def _status(topic: str, partition: int, log_dir: str = "/data/a", **kw: Any) -> 
     )
 
 
-def _scrape(
-    snapshot: DaemonSnapshot, metrics: DaemonMetrics | None = None
-) -> tuple[Samples, set[str]]:
-    metrics = metrics or DaemonMetrics(lambda: snapshot)
+def _scrape(status: DaemonStatus, metrics: DaemonMetrics | None = None) -> tuple[Samples, set[str]]:
+    metrics = metrics or DaemonMetrics(lambda: status)
     body, content_type = metrics.render()
     assert content_type.startswith("text/plain")
     samples: Samples = {}
@@ -49,7 +47,7 @@ def _one(samples: Samples, name: str, **labels: str) -> float:
     return samples[(name, tuple(sorted(labels.items())))]
 
 
-def _busy_snapshot(*, per_partition: bool = True) -> DaemonSnapshot:
+def _busy_status(*, per_partition: bool = True) -> DaemonStatus:
     partitions = (
         _status(
             "orders",
@@ -107,7 +105,7 @@ def _busy_snapshot(*, per_partition: bool = True) -> DaemonSnapshot:
         segments_deleted=6,
         worker_restarts=1,
     )
-    return DaemonSnapshot(
+    return DaemonStatus(
         now_ms=1_700_000_010_000,
         partitions=partitions,
         workers=workers,
@@ -125,7 +123,7 @@ def _busy_snapshot(*, per_partition: bool = True) -> DaemonSnapshot:
 
 
 def test_kafka_gauges_follow_kafkas_computations() -> None:
-    samples, _ = _scrape(_busy_snapshot())
+    samples, _ = _scrape(_busy_status())
     # max over workers (dead ones too, as Kafka iterates all its threads)
     assert _one(samples, "cleanerd_max_buffer_utilization_ratio") == 0.875
     # Σ written / Σ read over the last passes: 1000 / 4000
@@ -141,13 +139,13 @@ def test_kafka_gauges_follow_kafkas_computations() -> None:
 
 
 def test_recopy_ratio_never_divides_by_zero() -> None:
-    snap = DaemonSnapshot(now_ms=0, partitions=(), workers=(WorkerStatus(0, last_bytes_written=0),))
-    samples, _ = _scrape(snap)
+    status = DaemonStatus(now_ms=0, partitions=(), workers=(WorkerStatus(0, last_bytes_written=0),))
+    samples, _ = _scrape(status)
     assert _one(samples, "cleanerd_cleaner_recopy_ratio") == 0.0
 
 
 def test_uncleanable_by_log_dir_with_their_cleanable_bytes() -> None:
-    samples, _ = _scrape(_busy_snapshot())
+    samples, _ = _scrape(_busy_status())
     assert _one(samples, "cleanerd_uncleanable_partitions", log_dir="/data/b") == 2
     assert _one(samples, "cleanerd_uncleanable_bytes", log_dir="/data/b") == 4196
     # a log dir with no uncleanable partition still has its series, at zero
@@ -156,7 +154,7 @@ def test_uncleanable_by_log_dir_with_their_cleanable_bytes() -> None:
 
 
 def test_partitions_by_state_and_overdue() -> None:
-    samples, _ = _scrape(_busy_snapshot())
+    samples, _ = _scrape(_busy_status())
     by_state = {
         state: _one(samples, "cleanerd_partitions", state=state)
         for state in ("idle", "in_progress", "aborted", "paused", "uncleanable")
@@ -166,7 +164,7 @@ def test_partitions_by_state_and_overdue() -> None:
 
 
 def test_per_partition_gauges_on() -> None:
-    samples, _ = _scrape(_busy_snapshot(per_partition=True))
+    samples, _ = _scrape(_busy_status(per_partition=True))
     assert _one(samples, "cleanerd_partition_dirty_ratio", topic="orders", partition="0") == 0.75
     assert _one(samples, "cleanerd_partition_dirty_ratio", topic="orders", partition="1") == 0.25
     assert (
@@ -180,7 +178,7 @@ def test_per_partition_gauges_on() -> None:
 
 
 def test_per_partition_gauges_off() -> None:
-    samples, _ = _scrape(_busy_snapshot(per_partition=False))
+    samples, _ = _scrape(_busy_status(per_partition=False))
     names = {name for name, _ in samples}
     assert "cleanerd_partition_dirty_ratio" not in names
     assert "cleanerd_partition_compaction_delay_seconds" not in names
@@ -188,7 +186,7 @@ def test_per_partition_gauges_off() -> None:
 
 
 def test_counters_budget_and_timestamps() -> None:
-    samples, _ = _scrape(_busy_snapshot())
+    samples, _ = _scrape(_busy_status())
     expected = {
         "cleanerd_cleanings_total": 7,
         "cleanerd_failures_total": 3,
@@ -214,14 +212,14 @@ def test_counters_budget_and_timestamps() -> None:
 
 
 def test_zero_gauges_without_workers() -> None:
-    snap = DaemonSnapshot(
+    status = DaemonStatus(
         now_ms=50_000,
         partitions=(_status("t", 0, dirty_ratio=0.9),),
         max_dirty_ratio=0.9,
         last_run_ms=10_000,
         logs_compacted_by_max_lag=3,
     )
-    samples, _ = _scrape(snap)
+    samples, _ = _scrape(status)
     for name in (
         "cleanerd_max_compaction_delay_seconds",
         "cleanerd_num_logs_compacted_by_max_compaction_lag",
@@ -237,10 +235,10 @@ def test_zero_gauges_without_workers() -> None:
 
 
 def test_histogram_and_build_info() -> None:
-    metrics = DaemonMetrics(_busy_snapshot)
+    metrics = DaemonMetrics(_busy_status)
     metrics.observe_clean(0.3)
     metrics.observe_clean(42.0)
-    samples, _ = _scrape(_busy_snapshot(), metrics)
+    samples, _ = _scrape(_busy_status(), metrics)
     assert _one(samples, "cleanerd_clean_duration_seconds_count") == 2
     assert _one(samples, "cleanerd_clean_duration_seconds_sum") == pytest.approx(42.3)
     assert _one(samples, "cleanerd_clean_duration_seconds_bucket", le="0.5") == 1
@@ -251,21 +249,21 @@ def test_histogram_and_build_info() -> None:
     assert not any(name.endswith("_created") for name, _ in samples)
 
 
-def test_scrape_reads_a_fresh_snapshot_each_time() -> None:
-    current = {"snap": DaemonSnapshot(now_ms=0, partitions=())}
-    metrics = DaemonMetrics(lambda: current["snap"])
-    first, _ = _scrape(current["snap"], metrics)
-    current["snap"] = _busy_snapshot()
-    second, _ = _scrape(current["snap"], metrics)
+def test_scrape_reads_a_fresh_status_each_time() -> None:
+    current = {"status": DaemonStatus(now_ms=0, partitions=())}
+    metrics = DaemonMetrics(lambda: current["status"])
+    first, _ = _scrape(current["status"], metrics)
+    current["status"] = _busy_status()
+    second, _ = _scrape(current["status"], metrics)
     assert _one(first, "cleanerd_cleanings_total") == 0
     assert _one(second, "cleanerd_cleanings_total") == 7
 
 
 def test_metrics_doc_matches_the_exposition() -> None:
     """The README table is generated from METRICS_DOC: it must name exactly what is exposed."""
-    metrics = DaemonMetrics(_busy_snapshot)
+    metrics = DaemonMetrics(_busy_status)
     metrics.observe_clean(1.0)
-    _, families = _scrape(_busy_snapshot(), metrics)
+    _, families = _scrape(_busy_status(), metrics)
     documented = set()
     for doc in METRICS_DOC:
         assert doc.name.startswith("cleanerd_")

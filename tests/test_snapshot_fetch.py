@@ -259,7 +259,7 @@ async def _remote_peer(
 @pytest_asyncio.fixture
 async def remote_app(served: Served) -> AsyncIterator[str]:
     api = OnePartition(served.partition)
-    app = make_app(api, DaemonMetrics(api.snapshot), Access(TOKEN))
+    app = make_app(api, DaemonMetrics(api.status), Access(TOKEN))
     app.middlewares.insert(0, _remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)
     yield f"http://127.0.0.1:{srv.port}"

@@ -230,7 +230,7 @@ def serving(app: web.Application) -> Iterator[str]:
 
 def daemon_routes(partition: Path) -> web.Application:
     api = OnePartition(partition)
-    return make_app(api, DaemonMetrics(api.snapshot))
+    return make_app(api, DaemonMetrics(api.status))
 
 
 def _get(url: str) -> tuple[int, bytes]:

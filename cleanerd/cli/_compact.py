@@ -1,7 +1,7 @@
 """``cleanerd compact``: one-shot compaction of a log dir or of partition dirs.
 
 Which partitions, and with which topic settings, is decided as for ``cleanerd plan`` (see
-``cli._plan``): the settings come from the same config as ``cleanerd run``'s (``--config``,
+``cli._targets``): the settings come from the same config as ``cleanerd run``'s (``--config``,
 ``--kafka-properties``, ``CLEANERD_*``, ``--set``), each topic's broker defaults and
 ``[topics."glob"]`` tables, with this command's options on top. A LOGDIR means all its
 partitions, or with a config file only its compacted topics; a PARTITION_DIR is always
@@ -45,8 +45,8 @@ from rich.text import Text
 
 from cleanerd.cli._errors import os_error_text
 from cleanerd.cli._options import cleaning_options, dedupe_buffer_option, format_option
-from cleanerd.cli._plan import Job, find_targets, load_selection, select, target_options
 from cleanerd.cli._tables import iec_size, table_console
+from cleanerd.cli._targets import Job, find_targets, load_selection, select, target_options
 from cleanerd.compaction import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
     DEFAULT_LOAD_FACTOR,

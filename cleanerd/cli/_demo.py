@@ -34,10 +34,10 @@ from rich.table import Table
 from rich.text import Text
 
 from cleanerd.cli._config import load_from_options
-from cleanerd.cli._plan import iec_size
+from cleanerd.cli._tables import iec_size
 from cleanerd.compaction import compact_directory, compile_clock
 from cleanerd.config import LoadedConfig, join_listen, load_config
-from cleanerd.service import Daemon, DaemonSnapshot, StartupError, configure_logging, run_async
+from cleanerd.service import Daemon, DaemonStatus, StartupError, configure_logging, run_async
 from cleanerd.storage import LOCK_FILE, LogDir, StorageError, wall_clock_ms
 from cleanerd.workload import LiveWriter, check_survivors
 
@@ -97,7 +97,7 @@ def _age(now_ms: int, then_ms: int | None) -> str:
     return "-" if then_ms is None else f"{(now_ms - then_ms) / 1000:.0f}s ago"
 
 
-def _table(snap: DaemonSnapshot, url: str, writer: LiveWriter, started: float) -> Group:
+def _table(status: DaemonStatus, url: str, writer: LiveWriter, started: float) -> Group:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in (
         "partition",
@@ -110,7 +110,7 @@ def _table(snap: DaemonSnapshot, url: str, writer: LiveWriter, started: float) -
         "cleanings",
     ):
         table.add_column(name, justify="left" if name in ("partition", "state") else "right")
-    for p in sorted(snap.partitions, key=lambda s: str(s.tp)):
+    for p in sorted(status.partitions, key=lambda s: str(s.tp)):
         table.add_row(
             str(p.tp),
             "uncleanable" if p.uncleanable else p.state.value,
@@ -118,25 +118,25 @@ def _table(snap: DaemonSnapshot, url: str, writer: LiveWriter, started: float) -
             f"{p.dirty_ratio:.2f}",
             f"{p.must_clean_ratio:.2f}",
             f"{p.compaction_delay_ms / 1000:.1f}s",
-            _age(snap.now_ms, p.last_clean_ms),
+            _age(status.now_ms, p.last_clean_ms),
             str(p.cleanings),
         )
     footer = Text(
-        f"{_progress(snap, writer, started)}\n"
+        f"{_progress(status, writer, started)}\n"
         f"metrics: {url}/metrics   status: {url}/status   Ctrl-C stops"
     )
     return Group(table, footer)
 
 
-def _progress(snap: DaemonSnapshot, writer: LiveWriter, started: float) -> str:
+def _progress(status: DaemonStatus, writer: LiveWriter, started: float) -> str:
     """One line: time, what the writer wrote, what the cleaner did."""
-    t = snap.totals
-    to_clean = sum(1 for p in snap.partitions if p.cleanable)
+    t = status.totals
+    to_clean = sum(1 for p in status.partitions if p.cleanable)
     return (
         f"{time.monotonic() - started:.0f}s  writer: {writer.records_written} records "
         f"({writer.tombstones_written} deletes)  cleaner: {t.cleanings} cleanings, "
         f"{t.records_removed} records removed, {t.segments_rolled} idle segments rolled, "
-        f"{to_clean} of {len(snap.partitions)} partitions to clean"
+        f"{to_clean} of {len(status.partitions)} partitions to clean"
     )
 
 
@@ -149,11 +149,11 @@ async def _show(daemon: Daemon, writer: LiveWriter, url: str, started: float) ->
         if console.is_terminal:
             with Live(console=console, refresh_per_second=2, transient=False) as live:
                 while True:
-                    live.update(_table(daemon.snapshot(), url, writer, started))
+                    live.update(_table(daemon.status(), url, writer, started))
                     await asyncio.sleep(0.5)
         click.echo(f"demo running; progress every {PROGRESS_EVERY_S:.0f} s, the table at the end")
         while True:
-            click.echo(_progress(daemon.snapshot(), writer, started))
+            click.echo(_progress(daemon.status(), writer, started))
             await asyncio.sleep(PROGRESS_EVERY_S)
     except OSError:  # stdout went away
         return
@@ -166,7 +166,7 @@ def _final_table(daemon: Daemon, writer: LiveWriter, url: str, started: float) -
     if not console.is_terminal:
         with contextlib.suppress(OSError):
             Console(width=max(console.width, 140)).print(
-                _table(daemon.snapshot(), url, writer, started)
+                _table(daemon.status(), url, writer, started)
             )
 
 

@@ -1,15 +1,8 @@
-"""``cleanerd plan``: each partition's cleaning plan, read-only; and what both ``plan`` and
-``compact`` share: which partitions a command works on, and with which topic settings.
+"""``cleanerd plan``: each partition's cleaning plan, read-only.
 
-Topic settings come from the daemon's config, read as ``cleanerd run`` reads it
-(``config.load_config``: defaults < ``--config`` TOML < ``--kafka-properties`` < ``CLEANERD_*``
-environment < ``--set``): the broker defaults of topic settings (``log.cleanup.policy``, ...),
-then each matching ``[topics."glob"]`` table; the command's own options (``--strategy``,
-``--min-cleanable-ratio``, ...) beat them all. An invalid config: one line per problem, exit 2.
-
-A LOGDIR means all its partitions (narrowed by ``--topic`` and ``--partition``); with a config
-file (``--config`` or ``--kafka-properties``) only topics whose ``cleanup.policy`` contains
-``compact``. A PARTITION_DIR named is always included.
+Which partitions, and with which topic settings, is decided as for ``compact``, ``snapshot`` and
+``spark`` (``cli._targets``): the config as ``cleanerd run`` reads it, then this command's own
+options.
 
 ``plan`` writes nothing: opening a ``PartitionLog`` would finish an interrupted swap and rebuild
 bad indexes, so segment metadata comes from a plain walk of the batch headers here. With
@@ -21,158 +14,33 @@ Exit codes: 0 every partition planned; 1 some partition could not be read; 2 usa
 
 from __future__ import annotations
 
-import fnmatch
 import json
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich import box
-from rich.filesize import pick_unit_and_suffix
 from rich.table import Table
 
-from cleanerd.cli._config import config_options, fail_invalid, load_from_options
 from cleanerd.cli._options import format_option
-from cleanerd.cli._tables import table_console
+from cleanerd.cli._tables import iec_size, table_console
+from cleanerd.cli._targets import Target, find_targets, load_selection, select, target_options
 from cleanerd.compaction import LogMeta, SegmentMeta, as_rolled, plan, walk_segment
-from cleanerd.config import ConfigError, LoadedConfig
 from cleanerd.format import I64, U8
-from cleanerd.inspect import looks_like_partition_dir, segment_logs
+from cleanerd.inspect import segment_logs
 from cleanerd.scheduling import partition_log_meta
 from cleanerd.storage import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    LogDir,
     StorageError,
     TopicPartition,
     leftover_temp_files,
-    parse_partition_dir_name,
     read_offset_checkpoint,
     scan_producer_state,
     wall_clock_ms,
 )
 from cleanerd.topics import TopicSettings
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-# --- which partitions ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Target:
-    """One partition dir to work on; ``named`` when given on the command line itself."""
-
-    directory: Path
-    tp: TopicPartition
-    named: bool
-
-
-def find_targets(paths: tuple[Path, ...], topic: str | None, partition: int | None) -> list[Target]:
-    """Partition dirs of the paths (a log dir: all of its partitions), filtered; usage errors
-    (exit 2) for a dir that is not a partition dir by name or a filter matching nothing."""
-    found: list[Target] = []
-    for given in paths:
-        path = given.absolute()
-        if looks_like_partition_dir(path):
-            tp = parse_partition_dir_name(path.name)
-            if tp is None:
-                raise click.BadParameter(
-                    f"{path} holds segments but is not named <topic>-<partition>",
-                    param_hint="LOGDIR|PARTITION_DIR",
-                )
-            found.append(Target(path, tp, named=True))
-        else:
-            found.extend(Target(path / t.dir_name, t, False) for t in LogDir(path).partitions())
-    chosen = [
-        t
-        for t in dict.fromkeys(found)
-        if (topic is None or fnmatch.fnmatchcase(t.tp.topic, topic))
-        and (partition is None or t.tp.partition == partition)
-    ]
-    if found and not chosen and (topic is not None or partition is not None):
-        raise click.BadParameter("no partition matches", param_hint="--topic/--partition")
-    return chosen
-
-
-Job = tuple[Target, TopicSettings]
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The topic settings to apply: the daemon's layered config (``config.load_config``) and
-    whether it may leave partitions out (a config file was given: ``--config`` or
-    ``--kafka-properties``; without one every topic has Kafka's default ``cleanup.policy``)."""
-
-    loaded: LoadedConfig
-    by_policy: bool
-
-
-def load_selection(
-    config_file: Path | None, kafka_properties: Path | None, sets: tuple[str, ...]
-) -> Selection:
-    """The config as ``cleanerd run`` reads it (defaults < ``--config`` < ``--kafka-properties``
-    < ``CLEANERD_*`` < ``--set``); an invalid one prints one line per problem and exits 2.
-    Notes (settings the cleaner does not use, ...) go to stderr."""
-    loaded = load_from_options(config_file, kafka_properties, sets)
-    for note in loaded.notes:
-        click.echo(f"note: {note}", err=True)
-    return Selection(loaded, config_file is not None or kafka_properties is not None)
-
-
-def select(
-    targets: list[Target], selection: Selection, overrides: Mapping[str, object | None]
-) -> list[Job]:
-    """Each target's settings: its topic's in the config (broker defaults, then the matching
-    ``[topics."glob"]`` tables), then the command line's ``overrides`` not None. With a config
-    file, partitions of a log dir whose cleanup.policy lacks ``compact`` are left out (a note on
-    stderr says so); a partition dir named on the command line is always kept."""
-    jobs: list[Job] = []
-    config = selection.loaded.config
-    given = {name: value for name, value in overrides.items() if value is not None}
-    for target in targets:
-        topic = target.tp.topic
-        try:
-            settings = config.topic_settings(topic)  # the matching tables may conflict
-        except ConfigError as e:
-            fail_invalid(e)
-        if given:
-            try:
-                settings = TopicSettings.from_kafka({**config.topic_kafka_settings(topic), **given})
-            except ValueError as e:
-                raise click.UsageError(f"{target.directory.name}: {e}") from None
-        if selection.by_policy and not target.named and not settings.cleaner.compact:
-            policy = settings.cleaner.cleanup_policy or "(empty)"
-            click.echo(f"skipped {target.directory.name}: cleanup.policy={policy}", err=True)
-        else:
-            jobs.append((target, settings))
-    return jobs
-
-
-def target_options(func: F) -> F:
-    """The arguments and options choosing partitions and their settings, shared by the
-    commands that take partitions; the config options are ``cleanerd run``'s
-    (``config_options``). An unreadable path is not a usage error (exit 2) but left to the
-    command, which fails on it with a line naming it (exit 1)."""
-    func = config_options(func)
-    for option in [
-        click.argument(
-            "paths",
-            nargs=-1,
-            required=True,
-            metavar="LOGDIR|PARTITION_DIR...",
-            # an unreadable dir is the data's or the system's problem (exit 1), not usage
-            type=click.Path(exists=True, file_okay=False, readable=False, path_type=Path),
-        ),
-        click.option("--topic", help="Only this topic (a glob is accepted)."),
-        click.option("--partition", type=click.IntRange(min=0), help="Only this partition."),
-        click.option(
-            "--now", "now_ms", type=int, help="Clock in ms since the epoch [default: now]."
-        ),
-    ][::-1]:
-        func = option(func)
-    return func
 
 
 # --- reading a partition's metadata without writing -------------------------------------------
@@ -324,16 +192,6 @@ def plan_command(
         _print_plans(rows, roll_active)
     if failed:
         raise SystemExit(1)
-
-
-_IEC_UNITS = ["bytes", "KiB", "MiB", "GiB", "TiB", "PiB"]
-
-
-def iec_size(size: int) -> str:
-    """Bytes for people, in IEC units (1 KiB = 1024 bytes): what human text uses everywhere,
-    while JSON, log fields and metrics carry plain bytes."""
-    unit, suffix = pick_unit_and_suffix(size, _IEC_UNITS, 1024)
-    return f"{size} bytes" if unit == 1 else f"{size / unit:.1f} {suffix}"
 
 
 def _yes(flag: object) -> str:

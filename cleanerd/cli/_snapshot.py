@@ -21,7 +21,7 @@ import click
 
 from cleanerd.cli._errors import os_error_line
 from cleanerd.cli._options import decompression_option, dedupe_buffer_option, format_option
-from cleanerd.cli._plan import find_targets, load_selection, select, target_options
+from cleanerd.cli._targets import find_targets, load_selection, select, target_options
 from cleanerd.compaction import open_log
 from cleanerd.format import limit_decompression
 from cleanerd.snapshot import (

@@ -24,7 +24,7 @@ import click
 
 from cleanerd.cli._compact import _check_jobs, _note, _print_table
 from cleanerd.cli._options import cleaning_options, format_option
-from cleanerd.cli._plan import find_targets, load_selection, select, target_options
+from cleanerd.cli._targets import find_targets, load_selection, select, target_options
 from cleanerd.spark import SparkMissingError, require_pyspark
 from cleanerd.storage import LogDir, StorageError, wall_clock_ms
 

@@ -4,6 +4,7 @@ from ._batches import index_and_hash as index_and_hash
 from ._batches import transaction_verdicts as transaction_verdicts
 from ._bounds import Bound as Bound
 from ._bounds import as_rolled as as_rolled
+from ._cleaned._group_writer import write_group as write_group
 from ._cleaner import (
     Cleaner as Cleaner,
 )
@@ -68,14 +69,13 @@ from ._external import (
 from ._external import (
     winner_map as winner_map,
 )
-from ._group_writer import write_group as write_group
-from ._offset_map import (
+from ._offset_map._map import (
     DEFAULT_LOAD_FACTOR as DEFAULT_LOAD_FACTOR,
 )
-from ._offset_map import (
+from ._offset_map._map import (
     OffsetMap as OffsetMap,
 )
-from ._offset_map import (
+from ._offset_map._map import (
     slot_bytes as slot_bytes,
 )
 from ._one_shot import (

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from cleanerd.compaction._record_cache import RecordCache
+from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
 from cleanerd.format import (
     ATTR_CONTROL,

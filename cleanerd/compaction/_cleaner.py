@@ -1,33 +1,33 @@
 """One cleaning of one partition log: Kafka's ``Cleaner.doClean`` (kafka-format.md §4.5-§4.13).
 
-1. Pass 1 (``build_map``): the offset map over [first dirty, first uncleanable); when it fills,
-   the pass ends early and ``end_offset`` falls inside the range (a later cleaning goes on). Under
-   the timestamp and header strategies the clean part then competes for the mapped keys.
+1. Pass 1 (``_offset_map._build``): the offset map over [first dirty, first uncleanable); when it
+   fills, the pass ends early and ``end_offset`` falls inside the range (a later cleaning goes on).
+   Under the timestamp and header strategies the clean part then competes for the mapped keys.
 2. Every segment pass 2 reads and pass 1 did not read whole is checked (batch walk and CRC32C),
    so corrupt input stops the clean before any segment is replaced. (A record that does not
    parse inside a batch whose CRC is right is only found when pass 2 reads it; in an already
    clean segment that can be after earlier groups were swapped.)
 3. Pass 2: all segments from the log start with base offset < ``end_offset``, grouped as Kafka
-   groups them (``grouping``); each group is filtered chunk by chunk (``filter``) into one
-   ``.cleaned`` segment (``writer``), which gets the mtime of the group's last source segment and
-   is swapped in through ``PartitionLog.replace_segments``.
+   groups them (``_grouping``); each group is filtered chunk by chunk (``_filter``) into one
+   ``.cleaned`` segment (``_cleaned._writer``), which gets the mtime of the group's last source
+   segment and is swapped in through ``PartitionLog.replace_segments``.
 4. The partition's ``cleaner-offset-checkpoint`` entry becomes ``end_offset``.
 
-Under the offset strategy pass 1 leaves a record cache (``record_cache``): for each record its
-key hash, offset and flags, and for each segment it read whole its checked batch matrices. Pass 2
-then decides those batches without reading them (nor walking their segment again), the
-producer-state walk takes their headers from there too, and only the batches that lose some but
-not all of their records are read again. The cleaner keeps the cache's memory and a bitmap of
-the map slots its last build wrote from one clean to the next, so the next clean's map clear
-costs those slots, not the whole map.
+Under the offset strategy pass 1 leaves a record cache (``_offset_map._record_cache``): for each
+record its key hash, offset and flags, and for each segment it read whole its checked batch
+matrices. Pass 2 then decides those batches without reading them (nor walking their segment again),
+the producer-state walk takes their headers from there too, and only the batches that lose some but
+not all of their records are read again. The cleaner keeps the cache's memory and a bitmap of the
+map slots its last build wrote from one clean to the next, so the next clean's map clear costs those
+slots, not the whole map.
 
 ``abort_check`` runs before every chunk (a few MiB of batches) of both passes: when it says so,
 the clean stops with ``CleaningAbortedError`` and leaves no ``.cleaned`` file. Any other error
 also removes the group's ``.cleaned`` files before it propagates. Groups swapped before an abort
 stay swapped (as in Kafka); the checkpoint is written only after a complete pass.
 
-The swap of each group (``group_swap.replace_group``, which Spark's plan B uses too) deviates
-from Kafka in one way, for crash safety: tail segments of a group that lose every batch are
+The swap of each group (``_cleaned._group_swap.replace_group``, which Spark's plan B uses too)
+deviates from Kafka in one way, for crash safety: tail segments of a group that lose every batch are
 replaced each by an empty segment at its own base (see there).
 """
 
@@ -38,15 +38,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cleanerd.compaction._batches import fold_producers, segments_between
-from cleanerd.compaction._build_map import build_offset_map, update_from_clean_prefix
+from cleanerd.compaction._cleaned._group_swap import new_cleaned_segment, replace_group
+from cleanerd.compaction._cleaned._group_writer import write_group
 from cleanerd.compaction._cleaning_plan import CleaningPlan
 from cleanerd.compaction._filter import PassContext, ProducerTable
-from cleanerd.compaction._group_swap import new_cleaned_segment, replace_group
-from cleanerd.compaction._group_writer import write_group
 from cleanerd.compaction._grouping import SegmentSizes, group_items
-from cleanerd.compaction._offset_map import OffsetMap
-from cleanerd.compaction._record_cache import RecordCache
-from cleanerd.compaction._record_kernels import Arr, touched_bitmap
+from cleanerd.compaction._offset_map._build import build_offset_map, update_from_clean_prefix
+from cleanerd.compaction._offset_map._map import OffsetMap
+from cleanerd.compaction._offset_map._record_cache import RecordCache
+from cleanerd.compaction._offset_map._touched import Arr, touched_bitmap
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.compaction._transactions import (
@@ -67,7 +67,7 @@ from cleanerd.storage import (
 from cleanerd.topics import StrategyConfig, TopicCleanerConfig
 
 RECORD_CACHE_BYTES = 64 << 20
-"""Default bound of pass 1's record cache (``record_cache``): 26 bytes a record."""
+"""Default bound of pass 1's record cache (``_offset_map._record_cache``): 26 bytes a record."""
 
 
 class CleaningAbortedError(Exception):

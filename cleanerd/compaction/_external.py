@@ -11,16 +11,15 @@ the same order; they are here so that nothing of the cleaner's is copied:
   sequential replay of the transactional and control batches, the only state that crosses
   groups), so a group can be filtered on its own;
 * ``winner_map``: an ``OffsetMap`` holding given winners exactly as pass 1 would leave them;
-* ``group_writer.write_group`` (``Cleaner``'s own group loop) into a ``.cleaned`` segment
+* ``_cleaned._group_writer.write_group`` (``Cleaner``'s own group loop) into a ``.cleaned`` segment
   anywhere (a staging dir), and ``swap_group``: the swap of a finished one, empty
   replacements included.
 
-``trust_txn_indexes`` (the cleaner's check before a pass) and ``group_swap.replace_group`` are
-public in their modules. Like ``Cleaner.clean``, none of this holds the partition's writer lock
-across a pass: writers append to the active segment and roll meanwhile (the writer contract),
-which changes none of the inactive segments a pass reads; ``swap_group`` takes the lock for
-its swap (``PartitionLog.replace_segments``), which refuses segments that are not inactive any
-more.
+``trust_txn_indexes`` (the cleaner's check before a pass) and ``_cleaned._group_swap.replace_group``
+are public in their modules. Like ``Cleaner.clean``, none of this holds the partition's writer lock
+across a pass: writers append to the active segment and roll meanwhile (the writer contract), which
+changes none of the inactive segments a pass reads; ``swap_group`` takes the lock for its swap
+(``PartitionLog.replace_segments``), which refuses segments that are not inactive any more.
 """
 
 from __future__ import annotations
@@ -33,13 +32,13 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction._batches import fold_producers, segments_between, transaction_verdicts
+from cleanerd.compaction._cleaned._group_swap import replace_group
+from cleanerd.compaction._cleaned._group_writer import add_segment_aborted
 from cleanerd.compaction._cleaner import CleanResult, segment_sizes
 from cleanerd.compaction._cleaning_plan import CleaningPlan
 from cleanerd.compaction._filter import PassContext, ProducerTable
-from cleanerd.compaction._group_swap import replace_group
-from cleanerd.compaction._group_writer import add_segment_aborted
 from cleanerd.compaction._grouping import group_items
-from cleanerd.compaction._offset_map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
+from cleanerd.compaction._offset_map._map import DEFAULT_LOAD_FACTOR, OffsetMap, slot_bytes
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.compaction._transactions import (
     CleanedTransactionMetadata,
@@ -184,5 +183,5 @@ def winner_map(
 
 def swap_group(log: PartitionLog, cleaned: LogSegment, group: Sequence[LogSegment]) -> None:
     """Swap a ``.cleaned`` segment of the log's dir in for ``group`` as ``Cleaner`` does
-    (``group_swap.replace_group``, with the mtime of the group's last segment)."""
+    (``_cleaned._group_swap.replace_group``, with the mtime of the group's last segment)."""
     replace_group(log, cleaned, group, group[-1].log_path.stat().st_mtime_ns)

@@ -1,7 +1,7 @@
 """Pass 2 decisions for one chunk of batches (docs/kafka-format.md §4.8, §4.9, §4.11: ``filterTo``).
 
 Kafka decides batch by batch and record by record; here the batch rules are numpy masks over the
-chunk's batch matrix and the record rule is one kernel call (``fused.decide_records``):
+chunk's batch matrix and the record rule is one kernel call (``decide_records``):
 
 * batch: the transaction verdict (``transaction_verdicts``, the only per-batch Python, and only
   for transactional and control batches), then ``checkBatchRetention``'s modes as masks:
@@ -14,7 +14,11 @@ chunk's batch matrix and the record rule is one kernel call (``fused.decide_reco
   are), REBUILD (some records dropped, or a horizon to stamp) or EMPTY (a header-only batch).
 
 Batches deleted whole (aborted data, expired markers) are never decompressed, nor are the
-batches pass 1 already read (``record_cache``) unless they must be rebuilt.
+batches pass 1 already read (``_offset_map._record_cache``) unless they must be rebuilt.
+
+``decide_records`` reaches ``OffsetMap.table`` through a raw pointer (``kernels.data_ptr``) and
+probes it with ``_offset_map._table``'s functions, as pass 1's kernels do (``_offset_map._fill``
+says why), so its verdict is ``OffsetMap.should_retain``'s.
 """
 
 from __future__ import annotations
@@ -26,19 +30,27 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
-from cleanerd.compaction import _record_kernels as fused
 from cleanerd.compaction._batches import Bools, index_and_hash, transaction_verdicts
-from cleanerd.compaction._offset_map import OffsetMap
-from cleanerd.compaction._rebuild import NO_HORIZON
-from cleanerd.compaction._record_cache import RecordCache
-from cleanerd.compaction._record_kernels import FLAG_KEYED, FLAG_TOMBSTONE
+from cleanerd.compaction._cleaned._rebuild import NO_HORIZON
+from cleanerd.compaction._offset_map._map import OffsetMap
+from cleanerd.compaction._offset_map._record_cache import (
+    FLAG_KEYED,
+    FLAG_TOMBSTONE,
+    FLAG_WINNER,
+    RecordCache,
+)
+from cleanerd.compaction._offset_map._table import normalize, retains
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._strategy import compute_versions
 from cleanerd.compaction._transactions import CleanedTransactionMetadata, LastRecord
 from cleanerd.format import ATTR_DELETE_HORIZON, I64, LONG_MAX, U8, index_batches
+from cleanerd.format import data_ptr as _data_ptr
 from cleanerd.format import kernels as k
 from cleanerd.topics import StrategyConfig
+
+Arr = npt.NDArray[Any]
 
 
 class Action(enum.IntEnum):
@@ -110,6 +122,113 @@ _NO_I64 = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=np.bool_)
 
 
+@njit(cache=True, nogil=True)
+def decide_records(
+    tab: Arr,
+    versioned: bool,
+    latest_offset: int,
+    now_ms: int,
+    hashes: Arr,
+    offsets: Arr,
+    flags: Arr,
+    versions: Arr,
+    has_version: Arr,
+    first: Arr,
+    counts: Arr,
+    rows: Arr,
+    is_control: Arr,
+    has_horizon: Arr,
+    horizon: Arr,
+    keep: Arr,
+    kept: Arr,
+    kept_tombstone: Arr,
+    winners_from: int,
+) -> tuple[int, int, int]:
+    """Pass 2's record rule for the records of batch ``rows`` (docs/kafka-format.md §4.8, §4.9).
+
+    Batch ``b``'s records are ``first[b] .. first[b] + counts[b] - 1`` of the record arrays
+    (``versions``/``has_version`` are read only when ``versioned``). A record is kept when its
+    batch is a control batch, when it lies beyond ``latest_offset``, or when it is keyed, wins
+    its key in the map (``OffsetMap.should_retain``) and, if a tombstone, its batch's delete
+    horizon has not passed ``now_ms``. Writes ``keep`` per record and, per batch, ``kept`` (the
+    count) and ``kept_tombstone``; returns ``(unkeyed records in range, tombstones expired,
+    tombstones superseded)``: a tombstone that wins its key but whose batch's delete horizon has
+    passed (delete.retention.ms) is expired; one beaten by a newer record of its key superseded.
+
+    Records at or after ``winners_from`` (-1: none) carry ``FLAG_WINNER`` from ``mark_winners``
+    and are decided by it without a map lookup: every keyed record of the map's range at or
+    after the first dirty offset was put into the map in offset order, so its key is present
+    and ``offset >= found`` holds exactly for the last one, the one the map holds.
+    """
+    t = _data_ptr(tab)
+    slots = tab.shape[0]
+    width = tab.shape[1]
+    n = offsets.shape[0]
+    nb = min(
+        first.shape[0],
+        counts.shape[0],
+        is_control.shape[0],
+        has_horizon.shape[0],
+        horizon.shape[0],
+        kept.shape[0],
+        kept_tombstone.shape[0],
+    )
+    if hashes.shape[1] != 2 or width < (4 if versioned else 3):
+        raise ValueError("decide_records: wrong hash or table shape")
+    for j in range(rows.shape[0]):
+        if not 0 <= rows[j] < nb:
+            raise ValueError("decide_records: a batch row lies outside the batch columns")
+    invalid = 0
+    expired = 0
+    superseded = 0
+    for j in range(rows.shape[0]):
+        b = rows[j]
+        lo = first[b]
+        hi = lo + counts[b]
+        if lo < 0 or hi > n or hi > keep.shape[0] or hi > flags.shape[0] or hi > hashes.shape[0]:
+            raise ValueError("decide_records: a batch's records lie outside the arrays")
+        if versioned and (hi > versions.shape[0] or hi > has_version.shape[0]):
+            raise ValueError("decide_records: versions missing")
+        control = is_control[b]
+        deletes_kept = not has_horizon[b] or now_ms < horizon[b]
+        n_kept = 0
+        tomb_kept = False
+        for i in range(lo, hi):
+            f = flags[i]
+            keyed = (f & FLAG_KEYED) != 0
+            tomb = (f & FLAG_TOMBSTONE) != 0
+            win = True
+            if control or offsets[i] > latest_offset:
+                keep_it = True
+            elif not keyed:
+                invalid += 1
+                keep_it = False
+            elif 0 <= winners_from <= offsets[i]:
+                win = (f & FLAG_WINNER) != 0
+                keep_it = win and (not tomb or deletes_kept)
+            else:
+                h1, h2 = normalize(hashes[i, 0], hashes[i, 1])
+                if versioned:
+                    v, has = versions[i], has_version[i]
+                else:
+                    v, has = 0, False
+                win = retains(t, width, slots, h1, h2, offsets[i], v, has, versioned)
+                keep_it = win and (not tomb or deletes_kept)
+            keep[i] = keep_it
+            if keep_it:
+                n_kept += 1
+                if tomb:
+                    tomb_kept = True
+            elif tomb and keyed and not control:
+                if win:
+                    expired += 1
+                else:
+                    superseded += 1
+        kept[b] = n_kept
+        kept_tombstone[b] = tomb_kept
+    return invalid, expired, superseded
+
+
 def decide_chunk(
     ctx: PassContext,
     meta: CleanedTransactionMetadata,
@@ -124,7 +243,7 @@ def decide_chunk(
 
     ``first`` gives each batch's first record in ``cache`` (-1: not cached): those batches are
     decided from pass 1's view of their records without reading them; of those, only the ones
-    to rebuild are read, at the end. The record rule runs in one kernel (``fused``).
+    to rebuild are read, at the end. The record rule runs in one kernel (``decide_records``).
     """
     nb = batches.shape[0]
     attrs = batches[:, k.B_ATTRIBUTES]
@@ -153,7 +272,7 @@ def decide_chunk(
     latest = ctx.omap.latest_offset
     invalid = expired = superseded = 0
     if cache is not None and first is not None and hit.any():
-        invalid, expired, superseded = fused.decide_records(
+        invalid, expired, superseded = decide_records(
             tab, False, latest, ctx.now_ms, cache.hashes, cache.offsets, cache.flags,
             _NO_I64, _NO_BOOL, first, counts, np.flatnonzero(hit), is_control, expirable,
             horizon, cache.keep, kept, kept_tomb, cache.winners_from,
@@ -172,7 +291,7 @@ def decide_chunk(
         if ctx.strategy.versioned:
             versions, has_version, _ = compute_versions(ctx.strategy, payload, recs)
         keep = np.empty(recs.shape[0], dtype=np.bool_)
-        more_invalid, more_expired, more_superseded = fused.decide_records(
+        more_invalid, more_expired, more_superseded = decide_records(
             tab, ctx.strategy.versioned, latest, ctx.now_ms, hashes,
             np.ascontiguousarray(recs[:, k.R_OFFSET]), flags.astype(np.uint8),
             np.ascontiguousarray(versions, dtype=np.int64),

@@ -44,7 +44,7 @@ from cleanerd.compaction._cleaner import Cleaner
 from cleanerd.compaction._cleaning_plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction._engine import never, plan_log
 from cleanerd.compaction._external import PassCleaner, PassFactory
-from cleanerd.compaction._offset_map import DEFAULT_LOAD_FACTOR, OffsetMap
+from cleanerd.compaction._offset_map._map import DEFAULT_LOAD_FACTOR, OffsetMap
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._summary import (
     CompactionProgress,

@@ -17,10 +17,8 @@ from pathlib import Path
 from cleanerd.compaction._cleaning_plan import SegmentMeta
 from cleanerd.format import ATTR_TRANSACTIONAL, I64, U8, CorruptRecordError, scan_batches
 from cleanerd.format import kernels as k
+from cleanerd.format import layout as at
 from cleanerd.storage import view_regular
-
-_HEADER_BYTES = 61  # a v2 batch header
-_LENGTH_AT, _MAGIC_AT, _CRC_AT = 8, 16, 17
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,11 +59,15 @@ def _torn(arr: U8, position: int) -> bool:
     """The bytes at ``position`` are the start of a batch not yet fully written: too short for a
     header, or a v2 header whose length runs past the end of the file."""
     left = arr.shape[0] - position
-    if left < _HEADER_BYTES:
+    if left < at.HEADER_SIZE:
         return True
-    length = _u(arr, position + _LENGTH_AT, 4, signed=True)
-    magic = int(arr[position + _MAGIC_AT])
-    return magic == 2 and length >= _HEADER_BYTES - 12 and position + 12 + length > arr.shape[0]
+    length = _u(arr, position + at.LENGTH_AT, 4, signed=True)
+    magic = int(arr[position + at.MAGIC_AT])
+    return (
+        magic == at.MAGIC_V2
+        and length >= at.HEADER_SIZE - at.LOG_OVERHEAD
+        and position + at.LOG_OVERHEAD + length > arr.shape[0]
+    )
 
 
 def _still_there(arr: U8, last_batch: tuple[int, int, int] | None) -> bool:
@@ -73,9 +75,10 @@ def _still_there(arr: U8, last_batch: tuple[int, int, int] | None) -> bool:
     if last_batch is None:
         return False
     position, base, crc = last_batch
-    if position + _HEADER_BYTES > arr.shape[0]:
+    if position + at.HEADER_SIZE > arr.shape[0]:
         return False
-    return _u(arr, position, 8, signed=True) == base and _u(arr, position + _CRC_AT, 4) == crc
+    stored_base = _u(arr, position + at.BASE_OFFSET_AT, 8, signed=True)
+    return stored_base == base and _u(arr, position + at.CRC_AT, 4) == crc
 
 
 def walk_segment(

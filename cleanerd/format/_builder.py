@@ -29,7 +29,7 @@ from cleanerd.format._header import (
 from cleanerd.format._limits import INT_MAX
 from cleanerd.format._records import Record
 from cleanerd.format._varint import write_varint, write_varlong
-from cleanerd.format.layout import CRC_AT
+from cleanerd.format.layout import BASE_OFFSET_AT, CRC_AT, LEADER_EPOCH_AT
 
 __all__ = [
     "build_batch",
@@ -89,12 +89,12 @@ def finish_crc(batch: bytearray) -> bytearray:
 
 def set_base_offset(batch: bytearray, base_offset: int, position: int = 0) -> None:
     """Move a batch to another base offset; outside the CRC, so no recompute (Kafka does this)."""
-    _I64.pack_into(batch, position, base_offset)
+    _I64.pack_into(batch, position + BASE_OFFSET_AT, base_offset)
 
 
 def set_partition_leader_epoch(batch: bytearray, epoch: int, position: int = 0) -> None:
     """Stamp the leader epoch; outside the CRC like the base offset."""
-    _I32.pack_into(batch, position + 12, epoch)
+    _I32.pack_into(batch, position + LEADER_EPOCH_AT, epoch)
 
 
 def build_batch(

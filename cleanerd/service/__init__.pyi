@@ -6,4 +6,4 @@ from ._logging import configure_logging as configure_logging
 from ._runner import run_async as run_async
 from ._snapshot_fetch import FetchError as FetchError
 from ._snapshot_fetch import fetch_snapshot as fetch_snapshot
-from ._status import DaemonSnapshot as DaemonSnapshot
+from ._status import DaemonStatus as DaemonStatus

@@ -46,7 +46,7 @@ from cleanerd.service._maintenance import Maintenance
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.service._reload import compare_reload
 from cleanerd.service._spark_engine import SparkEngine
-from cleanerd.service._status import DaemonSnapshot
+from cleanerd.service._status import DaemonStatus
 from cleanerd.service._systemd import SystemdNotifier
 from cleanerd.service._threads import SERVICE_THREADS, ThreadPool
 from cleanerd.service._workers import PoolSettings, WorkerPool
@@ -103,7 +103,7 @@ class Daemon:
         self.budget = DedupeBudget(c.dedupe_buffer_size)
         self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
         self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort)
-        self.metrics = DaemonMetrics(self.snapshot)
+        self.metrics = DaemonMetrics(self.status)
         self.service = ThreadPool("cleanerd-service", SERVICE_THREADS)  # surveys, HTTP reads
         self.maintenance = Maintenance(self.manager, clock_ms, self.service.submit)
         self.spark = SparkEngine.of(c)  # None: every partition is cleaned locally
@@ -391,9 +391,9 @@ class Daemon:
             worker_restarts=self.pool.restarts if self.pool is not None else 0,
         )
 
-    def snapshot(self) -> DaemonSnapshot:
+    def status(self) -> DaemonStatus:
         m = self.manager
-        return DaemonSnapshot(
+        return DaemonStatus(
             now_ms=self.clock_ms(),
             partitions=m.statuses(),
             workers=tuple(self.pool.status.values()) if self.pool is not None else (),

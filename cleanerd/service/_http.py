@@ -1,7 +1,7 @@
 """The daemon's one HTTP port: Prometheus scrapes, health, status and the admin actions.
 
 Served by aiohttp inside the event loop, so handlers call the manager directly (it is only ever
-used from the loop thread) and a scrape reads one fresh snapshot. Admin actions change what the
+used from the loop thread) and a scrape reads one fresh status. Admin actions change what the
 daemon does, so they are refused unless the peer is loopback or sends the configured bearer
 token; ``/status`` names every partition and its errors (paths included), so it follows the same
 rule unless ``cleanerd.http.status.public`` is set. ``/metrics`` and ``/healthz`` stay open, as
@@ -27,7 +27,7 @@ from cleanerd.config import is_loopback_host
 from cleanerd.scheduling import PartitionStatus
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.service._snapshot_routes import add_snapshot_routes
-from cleanerd.service._status import DaemonSnapshot
+from cleanerd.service._status import DaemonStatus
 from cleanerd.service._threads import Blocking, in_default_pool
 from cleanerd.storage import TopicPartition
 
@@ -42,7 +42,7 @@ SHUTDOWN_TIMEOUT_S = 2.0
 class AdminApi(Protocol):
     """What the HTTP layer needs from the daemon (None from an action = unknown partition)."""
 
-    def snapshot(self) -> DaemonSnapshot: ...
+    def status(self) -> DaemonStatus: ...
 
     def healthy(self) -> tuple[bool, str]: ...
 
@@ -132,7 +132,7 @@ def make_app(
                 "/status needs a loopback peer or the admin bearer token "
                 "(cleanerd.http.status.public = false)",
             )
-        return _json(api.snapshot().to_json())
+        return _json(api.status().to_json())
 
     async def post_action(request: web.Request) -> web.Response:
         if not trusted(request):
@@ -146,7 +146,7 @@ def make_app(
         return _json({"partition": str(tp), "state": state})
 
     def find_partition(tp: TopicPartition) -> Path | None:
-        found = (p.directory for p in api.snapshot().partitions if p.tp == tp)
+        found = (p.directory for p in api.status().partitions if p.tp == tp)
         return next(found, None)
 
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_cap_body])

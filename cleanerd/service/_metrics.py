@@ -1,10 +1,10 @@
-"""Prometheus metrics, computed from a ``DaemonSnapshot`` at scrape time.
+"""Prometheus metrics, computed from a ``DaemonStatus`` at scrape time.
 
-A custom collector reads one frozen snapshot per scrape instead of keeping gauges updated from
+A custom collector reads one frozen status per scrape instead of keeping gauges updated from
 every code path: the figures then always agree with each other and with ``/status``, and a scrape
 never touches asyncio objects or half-updated manager records. Only the
 clean-duration histogram is a live prometheus object, because a distribution cannot be rebuilt
-from a snapshot.
+from a status.
 
 The Kafka gauges keep Kafka's computations (docs/kafka-format.md §4.15) but report ratios (0..1) and
 seconds (floats) instead of Kafka's truncated integer percents and seconds. Like Kafka's, they
@@ -33,7 +33,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 import cleanerd
 from cleanerd.scheduling import CleaningState
 from cleanerd.service._metrics_doc import METRICS_DOC
-from cleanerd.service._status import DaemonSnapshot
+from cleanerd.service._status import DaemonStatus
 from cleanerd.storage import MAPS
 
 _HELP = {d.name: d.help for d in METRICS_DOC}
@@ -79,7 +79,7 @@ def _tombstones(expired: int, superseded: int) -> CounterMetricFamily:
     return family
 
 
-def _kafka_gauges(s: DaemonSnapshot) -> list[Metric]:
+def _kafka_gauges(s: DaemonStatus) -> list[Metric]:
     """Kafka's LogCleaner and LogCleanerManager gauges (docs/kafka-format.md §4.15)."""
     workers = s.workers
     has_workers = bool(workers)  # Kafka: every gauge reads 0 without cleaner threads
@@ -110,7 +110,7 @@ def _kafka_gauges(s: DaemonSnapshot) -> list[Metric]:
     ]
 
 
-def _partition_gauges(s: DaemonSnapshot) -> list[Metric]:
+def _partition_gauges(s: DaemonStatus) -> list[Metric]:
     """Per-log-dir uncleanable figures, partitions by state, and the optional per-partition set."""
     count: dict[str, int] = {}
     unclean_bytes: dict[str, int] = {}
@@ -168,7 +168,7 @@ def _per_partition(name: str) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, _HELP[name], labels=["topic", "partition"])
 
 
-def _snapshot_gauges(s: DaemonSnapshot) -> list[Metric]:
+def _snapshot_gauges(s: DaemonStatus) -> list[Metric]:
     """Each partition's newest snapshot the daemon took: end offset and age."""
     end = _per_partition("cleanerd_partition_snapshot_end_offset")
     age = _per_partition("cleanerd_partition_snapshot_age_seconds")
@@ -180,7 +180,7 @@ def _snapshot_gauges(s: DaemonSnapshot) -> list[Metric]:
     return [end, age]
 
 
-def _budget_and_counters(s: DaemonSnapshot) -> list[Metric]:
+def _budget_and_counters(s: DaemonStatus) -> list[Metric]:
     t = s.totals
     return [
         _gauge("cleanerd_dedupe_budget_bytes", s.dedupe_budget_bytes),
@@ -212,19 +212,19 @@ def _budget_and_counters(s: DaemonSnapshot) -> list[Metric]:
     ]
 
 
-def snapshot_metrics(s: DaemonSnapshot) -> list[Metric]:
-    """Every snapshot-derived metric family (pure: tests and the collector share it)."""
+def status_metrics(s: DaemonStatus) -> list[Metric]:
+    """Every status-derived metric family (pure: tests and the collector share it)."""
     return _kafka_gauges(s) + _partition_gauges(s) + _budget_and_counters(s)
 
 
-class SnapshotCollector:
-    """Builds the families from one fresh snapshot per scrape."""
+class StatusCollector:
+    """Builds the families from one fresh status per scrape."""
 
-    def __init__(self, snapshot: Callable[[], DaemonSnapshot]) -> None:
-        self._snapshot = snapshot
+    def __init__(self, status: Callable[[], DaemonStatus]) -> None:
+        self._status = status
 
     def collect(self) -> Iterable[Metric]:
-        return snapshot_metrics(self._snapshot()) + descriptor_metrics()
+        return status_metrics(self._status()) + descriptor_metrics()
 
 
 def descriptor_metrics() -> list[Metric]:
@@ -243,14 +243,14 @@ def descriptor_metrics() -> list[Metric]:
 
 
 class DaemonMetrics:
-    """The daemon's own registry: snapshot collector, clean-duration histogram, build info."""
+    """The daemon's own registry: status collector, clean-duration histogram, build info."""
 
-    def __init__(self, snapshot: Callable[[], DaemonSnapshot]) -> None:
+    def __init__(self, status: Callable[[], DaemonStatus]) -> None:
         # _created series only add noise for a single long-lived process;
         # the switch is process-wide in prometheus_client.
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(SnapshotCollector(snapshot))
+        self.registry.register(StatusCollector(status))
         self._durations = Histogram(
             "cleanerd_clean_duration_seconds",
             _HELP["cleanerd_clean_duration_seconds"],

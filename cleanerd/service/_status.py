@@ -1,6 +1,6 @@
 """The daemon at one instant, for metrics, ``/status`` and the demo table.
 
-Everything that leaves the daemon gets a frozen ``DaemonSnapshot`` of copies (partition statuses
+Everything that leaves the daemon gets a frozen ``DaemonStatus`` of copies (partition statuses
 from the manager, worker figures, budget and throttle), so a scrape never sees a half-updated
 record and never touches asyncio objects.
 """
@@ -32,7 +32,7 @@ class WorkerStatus:
 
 
 @dataclass(frozen=True)
-class DaemonSnapshot:
+class DaemonStatus:
     """Everything the metrics, ``/status`` and the demo table show, at one instant."""
 
     now_ms: int

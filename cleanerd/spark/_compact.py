@@ -73,7 +73,7 @@ class Plan(StrEnum):
 
 @dataclass(frozen=True)
 class PartitionJob:
-    """One partition dir and its settings (``cli._plan.select`` resolves them)."""
+    """One partition dir and its settings (``cli._targets.select`` resolves them)."""
 
     directory: Path
     log: LogConfig

@@ -15,6 +15,7 @@ from typing import cast
 
 from cleanerd.format import I64, U8, CorruptRecordError, scan_batches_checked
 from cleanerd.format import kernels as k
+from cleanerd.format import layout as at
 
 CHUNK_BYTES = 4 << 20
 """Batch bytes handled per step of a pass; a batch larger than this is one chunk on its own."""
@@ -109,5 +110,6 @@ def _batch_extent(arr: U8, pos: int, size: int) -> int:
     """End of the batch at ``pos`` by its length field, capped at ``size``."""
     if pos + k.LOG_OVERHEAD > size:
         return size
-    length = int.from_bytes(arr[pos + 8 : pos + 12].tobytes(), "big", signed=True)
+    field = arr[pos + at.LENGTH_AT : pos + at.LENGTH_AT + 4]
+    length = int.from_bytes(field.tobytes(), "big", signed=True)
     return min(size, pos + k.LOG_OVERHEAD + max(length, 0))

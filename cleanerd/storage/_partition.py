@@ -34,6 +34,7 @@ from cleanerd.format import (
     set_base_offset,
 )
 from cleanerd.format import kernels as k
+from cleanerd.format import layout as at
 from cleanerd.storage import _txn_check as txn_check
 from cleanerd.storage._checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -308,7 +309,8 @@ class PartitionLog:
             for i in range(len(scan)):
                 pos = int(b[i, k.B_POS])
                 set_base_offset(out, next_offset, pos)
-                out[pos + 12 : pos + 16] = epoch.to_bytes(4, "big", signed=True)
+                epoch_at = pos + at.LEADER_EPOCH_AT
+                out[epoch_at : epoch_at + 4] = epoch.to_bytes(4, "big", signed=True)
                 next_offset += int(b[i, k.B_LAST_OFFSET] - b[i, k.B_BASE_OFFSET]) + 1
             info = self._append_tracked(bytes(out))
             return AppendInfo(first, info.last_offset)

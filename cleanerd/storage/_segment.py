@@ -15,6 +15,7 @@ import numpy as np
 
 from cleanerd.format import INT_MAX, LONG_MAX, U8, BatchHeader, BatchScan, scan_batches
 from cleanerd.format import kernels as k
+from cleanerd.format import layout as at
 from cleanerd.storage._errors import CorruptIndexError, OffsetOutOfRangeError, StorageError
 from cleanerd.storage._files import (
     INDEX_SUFFIX,
@@ -205,7 +206,7 @@ class LogSegment:
         if self._rolling_ts is None and self._size >= k.HEADER_SIZE:
             with os.fdopen(open_regular(self.log_path, os.O_RDONLY), "rb") as f:  # one header
                 head = f.read(k.HEADER_SIZE)
-            if len(head) == k.HEADER_SIZE and head[16] == k.MAGIC_V2:
+            if len(head) == k.HEADER_SIZE and head[at.MAGIC_AT] == k.MAGIC_V2:
                 self._rolling_ts = BatchHeader.parse(head).max_timestamp
         return self._rolling_ts
 

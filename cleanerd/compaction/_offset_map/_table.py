@@ -1,8 +1,9 @@
 """The offset map's slot table at numba level: its layout and its one Robin Hood probe.
 
-``OffsetMap``'s own kernels and the fused pass-1/pass-2 kernels (``fused``) all probe through the
-functions here, so a map filled by either answers the other exactly: same hash normalisation,
-home slot, Robin Hood order and packed offsets (``offset_map`` says why each is so).
+``OffsetMap``'s own kernels and the fused pass-1/pass-2 kernels (``_fill``, ``_touched``,
+``_filter.decide_records``) all probe through the functions here, so a map filled by either
+answers the other exactly: same hash normalisation, home slot, Robin Hood order and packed
+offsets (``_map`` says why each is so).
 
 The functions take the table flat (``t``: a 1-D view or a raw pointer, slot ``pos`` at
 ``pos * width``), so a kernel holding a pointer pays no reference count per call, and those on
@@ -69,7 +70,7 @@ def find_slot(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> A
 
 @njit(cache=True, nogil=True, inline="always")
 def mark_slot(touched: Any, pos: int) -> None:
-    """Set slot ``pos``'s bit in a touched bitmap (``fused.touched_bitmap``)."""
+    """Set slot ``pos``'s bit in a touched bitmap (``_touched.touched_bitmap``)."""
     touched[pos >> 6] |= np.uint64(1) << np.uint64(pos & 63)
 
 

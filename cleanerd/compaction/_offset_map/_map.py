@@ -16,9 +16,9 @@ hash, offset and version. ``width`` is 3 (24 bytes: h1, h2, offset) for the offs
   slot, which at Kafka's 0.9 load factor would average ~50 probes. Entries are never deleted
   (only ``clear``), so no tombstones or backward shifts are needed.
 
-The probe itself (lookup, insert, the full rule) is ``map_table``'s, shared with the fused kernels.
-Python runs once per call; every loop over records is a ``nogil`` kernel. Not thread-safe: one
-map per cleaning.
+The probe itself (lookup, insert, the full rule) is ``_table``'s, shared with the kernels of
+``_fill``, ``_touched`` and ``_filter.decide_records``. Python runs once per call; every loop over
+records is a ``nogil`` kernel. Not thread-safe: one map per cleaning.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from cleanerd.compaction._map_table import (
+from cleanerd.compaction._offset_map._table import (
     find_slot,
     insert_key,
     is_full,
@@ -168,8 +168,9 @@ class OffsetMap:
 
     @property
     def table(self) -> Arr:
-        """The slot table (``uint64[slots, width]``), for kernels that probe it with this
-        module's functions (``fused``); they report the keys they add with ``set_size``."""
+        """The slot table (``uint64[slots, width]``), for kernels that probe it with ``_table``'s
+        functions (``_fill``, ``_touched``, ``_filter.decide_records``); they report the keys they
+        add with ``set_size``."""
         return self._tab
 
     def set_size(self, size: int) -> None:

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from cleanerd.compaction._cleaned._writer import CleanedSegmentWriter
 from cleanerd.compaction._filter import PassContext, decide_chunk
-from cleanerd.compaction._record_cache import RecordCache
+from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
-from cleanerd.compaction._writer import CleanedSegmentWriter
 from cleanerd.format import I64, U8
 from cleanerd.format import kernels as k
 from cleanerd.storage import LogSegment, chunk_bytes, collect_aborted, iter_chunks, release

@@ -1,7 +1,7 @@
 """Pass 1: the offset map over the dirty range (docs/kafka-format.md §4.6: ``buildOffsetMap``).
 
 Per chunk of batches: the transaction verdicts (aborted data and control batches never enter the
-map), then for the other data batches, under the offset strategy, one ``fused.map_records`` call
+map), then for the other data batches, under the offset strategy, one ``_fill.map_records`` call
 (index, key hash, record cache, and the puts with Kafka's full rule, as ``put_batch`` has it);
 under timestamp and header, one index-and-hash call, the strategy's versions and one
 ``put_batch`` call for the keyed records at or after the first dirty offset. Kafka's
@@ -29,10 +29,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cleanerd.compaction import _record_kernels as fused
 from cleanerd.compaction._batches import index_and_hash, payloads, transaction_verdicts
-from cleanerd.compaction._offset_map import OffsetMap
-from cleanerd.compaction._record_cache import RecordCache
+from cleanerd.compaction._offset_map._fill import map_records, mark_winners, mark_winners_sparse
+from cleanerd.compaction._offset_map._map import OffsetMap
+from cleanerd.compaction._offset_map._record_cache import RecordCache
+from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets, touched_bitmap
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._strategy import compute_versions
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
@@ -136,7 +137,7 @@ def _put_fused(
     segment_id: int,
     touched: Arr,
 ) -> tuple[int, int, bool]:
-    """Offset strategy: one ``fused.map_records`` call indexes, hashes, maps and caches.
+    """Offset strategy: one ``_fill.map_records`` call indexes, hashes, maps and caches.
 
     Any problem with the data (a payload that does not decompress, a bad record) is raised by
     indexing the same batches with the reader, so errors are exactly the reader's.
@@ -168,7 +169,7 @@ def _put_fused(
                 hashes = np.empty((total, 2), dtype=np.uint64)
                 offsets = np.empty(total, dtype=np.int64)
                 flags = np.empty(total, dtype=np.uint8)
-            err, records, full_record, size, latest = fused.map_records(
+            err, records, full_record, size, latest = map_records(
                 buf,
                 starts,
                 ends,
@@ -194,7 +195,7 @@ def _put_fused(
                 omap.update_latest_offset(latest)
         if err != k.REC_OK:
             index_and_hash(arr, sub, path)  # raises the reader's error for these batches
-            raise AssertionError(f"{path}: the fused index failed where the reader did not")
+            raise AssertionError(f"{path}: map_records failed where the reader did not")
         if cache is not None and cursor >= 0:
             cache.commit(records)
             first[data_rows] = cursor + np.cumsum(counts) - counts
@@ -215,7 +216,7 @@ def clear_map(omap: OffsetMap, touched: Arr | None) -> None:
     if omap.size and not (
         touched is not None
         and touched.shape[0] * 64 >= omap.slots
-        and fused.clear_touched(omap.table, touched) == omap.size
+        and clear_touched(omap.table, touched) == omap.size
     ):
         omap.clear()
     if touched is not None:
@@ -241,12 +242,12 @@ def build_offset_map(
     ``log_segments`` is the whole log (aborted txns are looked up in every later ``.txnindex``).
     The returned end offset is ``latest_offset + 1``: ``end`` unless the map filled up.
     ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2. ``touched`` (a
-    ``fused.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
+    ``_touched.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
     start cost the slots the last build used instead of the whole table.
     """
     clear_map(omap, touched)
     if touched is None or touched.shape[0] * 64 < omap.slots:
-        touched = fused.touched_bitmap(omap)
+        touched = touched_bitmap(omap)
     meta = CleanedTransactionMetadata(collect_aborted(log_segments, start, end))
     result = MapBuild(end_offset=start, full=False)
     for i, seg in enumerate(dirty):
@@ -282,17 +283,17 @@ looking every cached record up in pass 2, when the cache holds this many records
 
 
 def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache, start: int) -> None:
-    """Flag each cached record that is its key's entry in the map (``fused.mark_winners``)."""
+    """Flag each cached record that is its key's entry in the map (``_fill.mark_winners``)."""
     n = cache.records
     if n == 0 or omap.size * WINNER_MARKING_RATIO > n or not cache.ascending:
         return
-    winners = np.sort(fused.map_offsets(omap.table, touched))
+    winners = np.sort(map_offsets(omap.table, touched))
     if winners.shape[0] != omap.size:  # pragma: no cover - every put marks its slot
         return
     if winners.shape[0] * 64 < n:  # a binary search per winner beats a walk over every record
-        fused.mark_winners_sparse(winners, cache.offsets, cache.flags, n)
+        mark_winners_sparse(winners, cache.offsets, cache.flags, n)
         cache.winners_from = start
-    elif fused.mark_winners(winners, cache.offsets, cache.flags, n) >= 0:
+    elif mark_winners(winners, cache.offsets, cache.flags, n) >= 0:
         cache.winners_from = start
 
 

@@ -1,7 +1,7 @@
 """Writing what pass 2 keeps into the ``.cleaned`` segment (docs/kafka-format.md §4.11, §4.12).
 
 COPY batches are the source segment's bytes as they are; REBUILD batches are re-encoded with
-their kept records (``rebuild``: same base and last offset, producer fields, codec at its default
+their kept records (``_rebuild``: same base and last offset, producer fields, codec at its default
 level, timestamp type, leader epoch; the delete horizon stamped or carried); EMPTY batches become
 61-byte headers. A chunk's output batches, in order, are cut into appends of about
 ``APPEND_BYTES`` (``append_groups``), each one ``LogSegment.append`` (which adds index entries as
@@ -18,8 +18,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from cleanerd.compaction._cleaned._rebuild import rebuild_batches
 from cleanerd.compaction._filter import Action, ChunkDecision
-from cleanerd.compaction._rebuild import rebuild_batches
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.format import (

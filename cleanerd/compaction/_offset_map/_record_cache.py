@@ -31,6 +31,10 @@ from cleanerd.format import kernels as k
 
 Arr = npt.NDArray[Any]
 RECORD_BYTES = 16 + 8 + 1 + 1  # hash, offset, flags, pass 2's keep flag
+# a record's flags (``RecordCache.flags``; pass 2 computes the same for records it reads itself)
+FLAG_KEYED = 1
+FLAG_TOMBSTONE = 2
+FLAG_WINNER = 4  # the record's offset is its key's entry in the map (``_fill.mark_winners``)
 BATCH_BYTES = 8 * (k.BATCH_COLUMNS + 1)  # a batch matrix row and its first record
 
 
@@ -66,7 +70,7 @@ class RecordCache:
         self.max_batch_bytes = max(0, max_bytes) // 4
         self.records = 0
         self.batch_bytes = 0
-        self.winners_from = -1  # records from this offset on carry fused.FLAG_WINNER
+        self.winners_from = -1  # records from this offset on carry FLAG_WINNER
         self.ascending = True  # record offsets rise strictly from one record to the next
         self._segments: dict[int, _Segment] = {}
         self.hashes = np.zeros((0, 2), dtype=np.uint64)

@@ -1,0 +1,213 @@
+"""Pass 1's kernels for the offset strategy: fill the map and the record cache in one call per
+chunk, then flag the cached records that won their key. No per-record numpy.
+
+* ``map_records`` indexes every record of a chunk's data batches with the format's own record
+  parser (``kernels.index_one``, so validation is exactly the reader's), hashes each key as it
+  is parsed, puts the keyed records of the dirty range into the offset map (Kafka's full rule,
+  as ``OffsetMap.put_batch``) and writes what pass 2 needs of each record (hash, offset,
+  ``FLAG_*`` flags) into the record cache. The record matrix is never materialised: each batch
+  is parsed into a small scratch matrix that stays in L1.
+* ``mark_winners`` and ``mark_winners_sparse`` set ``FLAG_WINNER`` on the cached records whose
+  offset is their key's entry in the map (the offsets ``_touched.map_offsets`` lists), so pass 2
+  decides them without a map lookup.
+
+``map_records`` reaches ``OffsetMap.table`` through a raw pointer (``kernels.data_ptr``): a
+numba helper that takes an array pays an atomic incref/decref per call, which at one probe per
+record costs more than the probe. It probes with ``_table``'s functions, the ones ``OffsetMap``
+uses, so a map filled here answers ``OffsetMap.get`` and ``should_retain`` exactly as if
+``put_batch`` had filled it, and the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy.typing as npt
+from numba import njit
+
+from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED, FLAG_TOMBSTONE, FLAG_WINNER
+from cleanerd.compaction._offset_map._table import insert_key, is_full, normalize
+from cleanerd.format import data_ptr as _data_ptr
+from cleanerd.format import index_one as _index_one
+from cleanerd.format import kernels as k
+
+Arr = npt.NDArray[Any]
+
+
+@njit(cache=True, nogil=True)
+def map_records(
+    buf: Arr,
+    starts: Arr,
+    ends: Arr,
+    base_offsets: Arr,
+    last_offsets: Arr,
+    base_timestamps: Arr,
+    counts: Arr,
+    log_append_times: Arr,
+    scratch: Arr,
+    scratch_hashes: Arr,
+    tab: Arr,
+    start_offset: int,
+    size: int,
+    max_entries: int,
+    cache_hashes: Arr,
+    cache_offsets: Arr,
+    cache_flags: Arr,
+    cursor: int,
+    touched: Arr,
+) -> tuple[int, int, int, int, int]:
+    """Index, hash and map the records of payloads ``buf[starts[i]:ends[i]]`` (offset strategy).
+
+    The per-batch columns describe the data batches of one chunk, in order (``counts`` already
+    checked by ``kernels.bad_counts``); ``scratch``/``scratch_hashes`` hold at least
+    ``max(counts)`` rows. Every record's hash, offset and flags (``FLAG_*``) are written to the
+    cache arrays from ``cursor`` on (which must have room for the chunk). Then the keyed records
+    at or after ``start_offset`` go into ``tab`` (a width-3 ``OffsetMap`` table with ``size``
+    entries) until ``max_entries`` is reached: the map is then full. Every slot written is
+    marked in ``touched`` (``touched_bitmap``).
+
+    Returns ``(error, records, full_record, size, latest)``: ``error`` is ``REC_OK`` or the
+    first record error (the caller re-indexes with the reader to raise it; nothing was put),
+    ``records`` the records indexed, ``full_record`` the chunk-relative index of the record
+    that did not fit (-1 when the map did not fill), ``size`` the new entry count and ``latest``
+    the offset of the last record put (-1 if none).
+    """
+    n = starts.shape[0]
+    if tab.shape[1] != 3 or scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
+        raise ValueError("map_records: wrong table or scratch shape")
+    if (
+        min(
+            ends.shape[0],
+            base_offsets.shape[0],
+            last_offsets.shape[0],
+            base_timestamps.shape[0],
+            counts.shape[0],
+            log_append_times.shape[0],
+        )
+        < n
+    ):
+        raise ValueError("map_records: the batch columns differ in length")
+    rows = 0
+    top = 0
+    for i in range(n):
+        if not 0 <= starts[i] <= ends[i] <= buf.shape[0] or counts[i] < 0:
+            raise ValueError("map_records: a payload range lies outside the buffer")
+        rows += counts[i]
+        top = max(top, counts[i])
+    if scratch.shape[0] < top or scratch_hashes.shape[0] < top:
+        raise ValueError("map_records: scratch has fewer rows than a batch")
+    if (
+        cursor < 0
+        or cache_hashes.shape[0] < cursor + rows
+        or cache_offsets.shape[0] < cursor + rows
+        or cache_flags.shape[0] < cursor + rows
+        or cache_hashes.shape[1] != 2
+    ):
+        raise ValueError("map_records: the cache arrays are too small")
+    if touched.shape[0] * 64 < tab.shape[0]:
+        raise ValueError("map_records: the bitmap is smaller than the table")
+    buf_p = _data_ptr(buf)
+    scratch_p = _data_ptr(scratch)
+    sh_p = _data_ptr(scratch_hashes)
+    t = _data_ptr(tab)
+    touched_p = _data_ptr(touched)
+    slots = tab.shape[0]
+    prev = base_offsets[0] - 1 if n else 0
+    rec = 0
+    # first every record of the chunk into the cache arrays, then the puts from there: a tight
+    # put loop overlaps its cache misses far better than one interleaved with the parsing
+    for i in range(n):
+        err, _pos, prev = _index_one(
+            buf_p,
+            starts[i],
+            ends[i],
+            base_offsets[i],
+            last_offsets[i],
+            base_timestamps[i],
+            counts[i],
+            log_append_times[i],
+            i,
+            scratch_p,
+            sh_p,
+            True,
+            0,
+            prev,
+        )
+        if err != k.REC_OK:
+            return err, rec, -1, size, -1
+        for r in range(counts[i]):
+            c = cursor + rec
+            cache_hashes[c, 0] = scratch_hashes[r, 0]
+            cache_hashes[c, 1] = scratch_hashes[r, 1]
+            cache_offsets[c] = scratch[r, k.R_OFFSET]
+            flags = FLAG_KEYED if scratch[r, k.R_KEY_LEN] >= 0 else 0
+            if scratch[r, k.R_VALUE_LEN] < 0:
+                flags |= FLAG_TOMBSTONE
+            cache_flags[c] = flags
+            rec += 1
+    full_record = -1
+    latest = -1
+    for j in range(rec):
+        c = cursor + j
+        offset = cache_offsets[c]
+        if (cache_flags[c] & FLAG_KEYED) and offset >= start_offset:
+            if is_full(size, max_entries):
+                full_record = j  # Kafka: full before the key is even looked up
+                break
+            n1, n2 = normalize(cache_hashes[c, 0], cache_hashes[c, 1])
+            size += insert_key(t, 3, slots, n1, n2, offset, 0, False, False, touched_p, True)
+            latest = offset
+    return k.REC_OK, rec, full_record, size, latest
+
+
+@njit(cache=True, nogil=True)
+def mark_winners(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
+    """Set ``FLAG_WINNER`` on the first ``n`` records whose offset is in ``winners``.
+
+    ``winners`` is ascending, and so is ``offsets[:n]`` in a sound log (pass 1 caches records in
+    offset order): one merge walk. Returns how many records were marked, or -1 if the offsets
+    were not strictly ascending (segments whose offsets overlap), when the flags must not be
+    used.
+    """
+    if n > offsets.shape[0] or n > flags.shape[0]:
+        raise ValueError("mark_winners: fewer records than n")
+    i = 0
+    marked = 0
+    for j in range(n):
+        o = offsets[j]
+        if j and o <= offsets[j - 1]:
+            return -1
+        while i < winners.shape[0] and winners[i] < o:
+            i += 1
+        if i < winners.shape[0] and winners[i] == o:
+            flags[j] |= FLAG_WINNER
+            marked += 1
+        else:
+            flags[j] &= ~FLAG_WINNER
+    return marked
+
+
+@njit(cache=True, nogil=True)
+def mark_winners_sparse(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
+    """``mark_winners`` by one binary search per winner: for few winners among many records.
+
+    ``offsets[:n]`` must be strictly ascending (the caller knows, ``RecordCache.ascending``);
+    only the winners' flags are touched (pass 1 wrote every flag without ``FLAG_WINNER``).
+    """
+    if n > offsets.shape[0] or n > flags.shape[0]:
+        raise ValueError("mark_winners_sparse: fewer records than n")
+    marked = 0
+    for w in range(winners.shape[0]):
+        o = winners[w]
+        lo = 0
+        hi = n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if offsets[mid] < o:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < n and offsets[lo] == o:
+            flags[lo] |= FLAG_WINNER
+            marked += 1
+    return marked

@@ -1,0 +1,88 @@
+"""The touched bitmap: which slots of an ``OffsetMap``'s table a map build wrote.
+
+``_fill.map_records`` marks every slot it writes (``_table.insert_key`` with ``mark``), one bit
+per slot, and the cleaner keeps the bitmap from one clean to the next. With it the map's upkeep
+costs the keys the last build put rather than the whole table: ``clear_touched`` empties just
+those slots (instead of a memset of up to 128 MiB), and ``map_offsets`` lists the offsets they
+hold (the winners ``_build`` flags in the record cache).
+
+Both reach the table through a raw pointer (``kernels.data_ptr``), as ``_fill``'s kernels do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit
+
+from cleanerd.compaction._offset_map._map import OffsetMap
+from cleanerd.compaction._offset_map._table import SLOT_H1, SLOT_H2, SLOT_OFFSET
+from cleanerd.format import data_ptr as _data_ptr
+
+Arr = npt.NDArray[Any]
+
+
+def touched_bitmap(omap: OffsetMap) -> Arr:
+    """A bitmap with one bit per slot of ``omap``, for ``map_records`` and ``clear_touched``."""
+    return np.zeros((omap.slots + 63) // 64, dtype=np.uint64)
+
+
+@njit(cache=True, nogil=True)
+def clear_touched(tab: Arr, touched: Arr) -> int:
+    """Empty the slots marked in ``touched`` and unmark them; returns how many held a key.
+
+    A table has exactly as many occupied slots as its map's size, so when the count equals the
+    size, every key was in a marked slot and the table is empty again, at the cost of the keys
+    rather than of the whole table (a 128 MiB memset). Otherwise the caller clears the table.
+    """
+    width = tab.shape[1]
+    if touched.shape[0] * 64 < tab.shape[0]:
+        raise ValueError("clear_touched: the bitmap is smaller than the table")
+    t = _data_ptr(tab)
+    n = 0
+    for w in range(touched.shape[0]):
+        word = touched[w]
+        if word == 0:
+            continue
+        touched[w] = 0
+        for b in range(64):
+            if word & (np.uint64(1) << np.uint64(b)):
+                pos = w * 64 + b
+                if pos >= tab.shape[0]:
+                    break
+                o = pos * width
+                if t[o + SLOT_H1] != 0 or t[o + SLOT_H2] != 0:
+                    n += 1
+                for c in range(width):
+                    t[o + c] = 0
+    return n
+
+
+@njit(cache=True, nogil=True)
+def map_offsets(tab: Arr, touched: Arr) -> Arr:
+    """The offsets held by the slots marked in ``touched`` (offset strategy), unsorted."""
+    t = _data_ptr(tab)
+    width = tab.shape[1]
+    n = 0
+    for w in range(touched.shape[0]):
+        word = touched[w]
+        while word:
+            n += 1
+            word &= word - np.uint64(1)
+    out = np.empty(n, dtype=np.int64)
+    m = 0
+    for w in range(touched.shape[0]):
+        word = touched[w]
+        b = 0
+        while word:
+            if word & np.uint64(1):
+                pos = w * 64 + b
+                o = pos * width
+                if pos < tab.shape[0] and (t[o + SLOT_H1] != 0 or t[o + SLOT_H2] != 0):
+                    out[m] = np.int64(t[o + SLOT_OFFSET])
+                    m += 1
+            word >>= np.uint64(1)
+            b += 1
+    return out[:m]
