@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-_TESTS = Path(__file__).resolve().parent
-_REPO = _TESTS.parent
-
+from tests.support.kafka_fixtures import find_kafka_fixtures
 
 # Hypothesis: no wall-clock deadline anywhere (a loaded CI machine makes fsync-heavy examples slow,
 # and a deadline is a timed assertion). "ci" also derandomizes, so a CI failure replays exactly;
@@ -52,27 +50,6 @@ def _environment_unchanged() -> Iterator[None]:
         else:
             del os.environ[key]
     pytest.fail(f"the test left os.environ changed: {', '.join(changed)}", pytrace=False)
-
-
-def find_kafka_fixtures() -> Path:
-    """Directory of the Kafka-written segments (see ``tests/fixtures/kafka/README.md``).
-
-    ``CLEANERD_FIXTURES`` wins when set (it must exist); then the copy vendored in the repo;
-    then ``<repo>/../shared/fixtures/kafka``. Fails (never skips) when none is there.
-    """
-    env = os.environ.get("CLEANERD_FIXTURES")
-    if env:
-        path = Path(env)
-        if not path.is_dir():
-            pytest.fail(f"CLEANERD_FIXTURES={env!r} is not a directory", pytrace=False)
-        return path
-    for path in (_TESTS / "fixtures" / "kafka", _REPO.parent / "shared" / "fixtures" / "kafka"):
-        if path.is_dir():
-            return path
-    pytest.fail(
-        "Kafka fixtures not found: set CLEANERD_FIXTURES, or restore tests/fixtures/kafka/",
-        pytrace=False,
-    )
 
 
 @pytest.fixture(scope="session")

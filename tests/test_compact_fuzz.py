@@ -2,9 +2,9 @@
 
 A seeded, bounded fuzz run (issue 9) over every codec, with and without transactions: each
 mutant damages a generated log (batch headers, random bytes, cut or extended segments, index
-files) and is judged by ``tests/fuzz_support.py``'s oracle: no traceback; exit 0 only with the
-survivors ``expected_survivors`` gives for the undamaged log, and never when ``verify`` reports
-damage to data; exit 1 with every file byte-identical and the damaged file named.
+files) and is judged by ``tests/support/fuzz_support.py``'s oracle: no traceback; exit 0 only
+with the survivors ``expected_survivors`` gives for the undamaged log, and never when ``verify``
+reports damage to data; exit 1 with every file byte-identical and the damaged file named.
 
 ``CLEANERD_FUZZ_MUTANTS`` (default 200, dealt over the ten base logs) and ``CLEANERD_FUZZ_SEED``
 (default 9) bound and seed the run; a failure lists each mutant with the command that replays
@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from cleanerd.format import HEADER_SIZE
-from tests.fuzz_mutations import Mutant
-from tests.fuzz_support import (
+from tests.support.fuzz_mutations import Mutant
+from tests.support.fuzz_support import (
     CODECS,
     FAILURE,
     INDEX_REPAIRED,

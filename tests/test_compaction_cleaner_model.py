@@ -24,7 +24,7 @@ from cleanerd.format import Compression, Header, Record, build_batch, build_end_
 from cleanerd.inspect._verify import verify_partition
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig
-from tests.compaction_model import ModelRecord, survivors
+from tests.support.compaction_model import ModelRecord, survivors
 from tests.test_compaction_cleaner import (
     DAY,
     clean_until_done,

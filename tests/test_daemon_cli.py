@@ -17,7 +17,7 @@ import pytest
 
 from cleanerd.service._metrics_doc import METRICS_DOC
 from cleanerd.storage import LogDir
-from tests.e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
+from tests.support.e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
 
 
 def _cleanerd(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from cleanerd.storage import PartitionLog, TopicPartition
 from cleanerd.workload import LiveWriter, check_survivors
-from tests.e2e_support import DaemonProcess, poll_until, sample_value, write_config
+from tests.support.e2e_support import DaemonProcess, poll_until, sample_value, write_config
 
 BACKOFF_MS = 300
 

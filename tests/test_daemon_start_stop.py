@@ -25,7 +25,7 @@ from cleanerd.scheduling import Survey
 from cleanerd.service import Daemon
 from cleanerd.storage import LogDir, PartitionLog, TopicPartition
 from cleanerd.topics import LogConfig
-from tests.e2e_support import DaemonProcess, poll_until, write_config
+from tests.support.e2e_support import DaemonProcess, poll_until, write_config
 
 
 def _log_dir(root: Path) -> Path:

@@ -24,7 +24,14 @@ from cleanerd.scheduling import CleaningState, PartitionStatus
 from cleanerd.service import DaemonSnapshot
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.storage import TopicPartition
-from tests.e2e_support import HOST, DaemonProcess, free_port, poll_until, sample_value, write_config
+from tests.support.e2e_support import (
+    HOST,
+    DaemonProcess,
+    free_port,
+    poll_until,
+    sample_value,
+    write_config,
+)
 from tests.test_deploy_grafana import concrete_queries, documented_samples, metric_names
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e_support import (
+from tests.support.e2e_support import (
     DaemonProcess,
     free_port,
     parse_log_lines,

@@ -1,7 +1,7 @@
 """Segments written by Apache Kafka itself decode exactly as Kafka reads them.
 
 The fixtures live in ``tests/fixtures/kafka/`` (vendored copies of the shared Kafka-generated
-partitions; ``CLEANERD_FIXTURES`` overrides the location, see ``conftest.find_kafka_fixtures``).
+partitions; ``CLEANERD_FIXTURES`` overrides the location, see ``tests/support/kafka_fixtures.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from cleanerd.format import (
     scan_batches,
 )
 from cleanerd.format import kernels as k
-from tests import conftest
+from tests.support.kafka_fixtures import find_kafka_fixtures
 
 PARTITIONS = ["small-gzip-hdr-tomb-0", "multiseg-snappy-0"]
 
@@ -265,17 +265,17 @@ def test_fixture_codecs(partitions: dict[str, list[Segment]]) -> None:
 
 def test_fixture_location_env_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("CLEANERD_FIXTURES", str(tmp_path))
-    assert conftest.find_kafka_fixtures() == tmp_path
+    assert find_kafka_fixtures() == tmp_path
     monkeypatch.setenv("CLEANERD_FIXTURES", str(tmp_path / "missing"))
     with pytest.raises(pytest.fail.Exception, match="CLEANERD_FIXTURES"):
-        conftest.find_kafka_fixtures()
+        find_kafka_fixtures()
 
 
 def test_missing_fixtures_fail_not_skip(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("CLEANERD_FIXTURES", raising=False)
-    monkeypatch.setattr(conftest, "_TESTS", tmp_path / "repo" / "tests")
-    monkeypatch.setattr(conftest, "_REPO", tmp_path / "repo")
+    monkeypatch.setattr("tests.support.kafka_fixtures._TESTS", tmp_path / "repo" / "tests")
+    monkeypatch.setattr("tests.support.kafka_fixtures._REPO", tmp_path / "repo")
     with pytest.raises(pytest.fail.Exception, match="Kafka fixtures not found"):
-        conftest.find_kafka_fixtures()
+        find_kafka_fixtures()
     (tmp_path / "shared" / "fixtures" / "kafka").mkdir(parents=True)
-    assert conftest.find_kafka_fixtures() == tmp_path / "shared" / "fixtures" / "kafka"
+    assert find_kafka_fixtures() == tmp_path / "shared" / "fixtures" / "kafka"

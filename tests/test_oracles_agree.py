@@ -1,12 +1,12 @@
 """The two compaction oracles name the same survivors on any log.
 
 ``cleanerd/workload/_survivors.py`` judges the CLI tests and ``cleanerd gen``;
-``tests/compaction_model.py`` judges the engine's property tests. Each is meant to be obviously
-right, but they were written apart, take different inputs (decoded batches and markers in log
-order, versus a flat list whose aborted records the caller marks) and say different things about
-tombstones (kept with a flag, versus dropped below ``expired_below``). If they drifted apart, one
-set of tests would be checking the engine against a wrong answer. Here hypothesis writes random
-logs as real v2 batches and holds the oracles to one answer.
+``tests/support/compaction_model.py`` judges the engine's property tests. Each is meant to be
+obviously right, but they were written apart, take different inputs (decoded batches and markers
+in log order, versus a flat list whose aborted records the caller marks) and say different things
+about tombstones (kept with a flag, versus dropped below ``expired_below``). If they drifted
+apart, one set of tests would be checking the engine against a wrong answer. Here hypothesis
+writes random logs as real v2 batches and holds the oracles to one answer.
 
 How the representations are mapped:
 
@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 
 from cleanerd.format import Header, Record, build_batch, build_end_txn_marker, iter_batches
 from cleanerd.workload import Survivor, SurvivorTracker, expected_survivors
-from tests.compaction_model import ModelRecord, survivors
+from tests.support.compaction_model import ModelRecord, survivors
 
 NAME = "v"  # the header strategy's header name in every log here
 PLAIN, IDEMPOTENT, TXN = "plain", "idempotent", "txn"

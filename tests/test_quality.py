@@ -165,7 +165,8 @@ def _is_front_door(name: str) -> bool:
 
 # the corrupt-log fuzzer's base logs, mutations and oracle: the tests' own modules, which
 # bench/fuzz_compact.py runs at scale (the suite needs nothing from bench/)
-_FUZZ_LIBRARY = ("tests.fuzz_support", "tests.fuzz_mutations")
+_FUZZ_LIBRARY = ("tests.support.fuzz_support", "tests.support.fuzz_mutations")
+_FUZZ_PACKAGES = ("tests", "tests.support")  # importing the library runs their __init__.py too
 _TEST_SUITE = ("pytest", "_pytest", "hypothesis", "conftest", "tests")
 
 
@@ -177,8 +178,9 @@ def test_the_bench_needs_only_the_fuzz_library_of_the_tests() -> None:
         for name in _imports(path):
             if (name == "tests" or name.startswith("tests.")) and name not in _FUZZ_LIBRARY:
                 problems.append(f"{path.relative_to(REPO)} imports {name}")
-    for module in _FUZZ_LIBRARY:
-        path = REPO / (module.replace(".", "/") + ".py")
+    for module in (*_FUZZ_PACKAGES, *_FUZZ_LIBRARY):
+        path = REPO / module.replace(".", "/")
+        path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         for name in _imports(path):
             suite = name.split(".")[0] in _TEST_SUITE or name.startswith("test_")
             if suite and name not in _FUZZ_LIBRARY:
@@ -236,8 +238,8 @@ def test_ruff_format_clean() -> None:
 def test_no_test_sets_a_hypothesis_deadline() -> None:
     """Deadlines are wall-clock assertions; the profile in conftest.py turns them off for all."""
     offenders = [
-        f"{path.name}:{number}"
-        for path in sorted((REPO / "tests").glob("*.py"))
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
         if path.name != "conftest.py"
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"\bdeadline\s*=\s*(None|\d|timedelta)", line)

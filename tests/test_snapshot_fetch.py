@@ -33,8 +33,8 @@ from cleanerd.service._snapshot_routes import (
     file_etag,
 )
 from cleanerd.storage import parse_name
-from tests.daemon_stub import OnePartition
-from tests.e2e_support import DaemonProcess, free_port, write_config
+from tests.support.daemon_stub import OnePartition
+from tests.support.e2e_support import DaemonProcess, free_port, write_config
 
 TOKEN = "fetch-test-token"
 TP = "/partitions/orders/0/snapshots"

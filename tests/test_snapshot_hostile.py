@@ -36,7 +36,7 @@ from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.snapshot._build import plan_state
 from cleanerd.snapshot._format import SnapshotError, SnapshotReader, SnapshotWriter
 from cleanerd.storage import ReadOnlyLog, SnapshotId, list_snapshots, snapshot_dir
-from tests.daemon_stub import OnePartition
+from tests.support.daemon_stub import OnePartition
 
 REPO = Path(__file__).resolve().parents[1]
 LIVE_KEYS = 2300  # what orders-0's state holds (seed 3): more than two 1,000-record batches

@@ -19,7 +19,7 @@ from cleanerd.format import Record
 from cleanerd.snapshot import apply_retention, create_snapshot, load_state, truncate_log
 from cleanerd.storage import PartitionLog, list_snapshots
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig
-from tests.compaction_model import winners
+from tests.support.compaction_model import winners
 from tests.test_compaction_cleaner import DAY, clean_until_done, compacted_config
 from tests.test_compaction_cleaner_model import NOW, VERSION_HEADER, Writer, append_st, op_st
 

@@ -33,7 +33,7 @@ from cleanerd.spark._staging import default_staging_root, group_dir, job_dir
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
-from tests import spark_hooks
+from tests.support.spark_hooks import ship
 
 NOW = 1_800_000_000_000
 HEADER = "v"
@@ -178,7 +178,7 @@ def test_a_failed_write_task_leaves_the_log_as_it_was_and_a_rerun_succeeds(
     compact_locally(local, relocated(jobs, local))
     before = tree(logdir)
 
-    spark_hooks.ship(spark)
+    ship(spark)
     spark.conf.set(BEFORE_WRITE_CONF, "spark_hooks:fail_group_1")
     spark.conf.set(SMALL_PASS_CONF, small)
     try:
@@ -284,7 +284,7 @@ def test_a_writer_appends_while_a_plan_b_job_runs_and_the_result_is_the_local_en
     threads = [threading.Thread(target=f, daemon=True) for f in (writer, release)]
     for t in threads:
         t.start()
-    spark_hooks.ship(spark)
+    ship(spark)
     spark.conf.set(BEFORE_WRITE_CONF, "spark_hooks:hold")
     try:
         (result,) = compact_on_spark(spark, jobs, Options(NOW, TINY))

@@ -30,7 +30,7 @@ from cleanerd.spark._metrics import ReadMetrics, ReadTotals
 from cleanerd.spark._read import OptionError, parse_options, read_log
 from cleanerd.spark._read_ranges import plan
 from cleanerd.workload import WorkloadSpec, generate
-from tests.bombs import bomb_logdir
+from tests.support.bombs import bomb_logdir
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 Row = dict[str, Any]

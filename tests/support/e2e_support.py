@@ -25,7 +25,7 @@ from typing import IO, Any, TypeVar
 
 from prometheus_client.parser import text_string_to_metric_families
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 Samples = dict[str, list[tuple[dict[str, str], float]]]
 T = TypeVar("T")

@@ -28,7 +28,7 @@ from cleanerd.format import scan_batches
 from cleanerd.inspect import verify_path
 from cleanerd.storage import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, PartitionLog
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
-from tests.fuzz_mutations import Mutant, make_mutant
+from tests.support.fuzz_mutations import Mutant, make_mutant
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 VARIANTS = ("plain", "txn")
