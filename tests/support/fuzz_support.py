@@ -1,8 +1,9 @@
 """Corrupt-log fuzzing of ``cleanerd compact``: base logs, seeded mutants, and the oracle.
 
-Shared by ``tests/test_compact_fuzz.py`` (a bounded run in CI) and ``bench/fuzz_compact.py``
-(many more mutants), so both judge a mutant the same way. A mutant is fully determined by its
-base log (codec, variant and the run seed) and its own seed, so any failure replays exactly.
+Shared by ``tests/compaction/test_compact_fuzz.py`` (a bounded run in CI) and
+``bench/fuzz_compact.py`` (many more mutants), so both judge a mutant the same way. A mutant is
+fully determined by its base log (codec, variant and the run seed) and its own seed, so any
+failure replays exactly.
 
 The oracle (issue 9): ``compact`` never raises a traceback; exit 0 means the survivors are the
 model's (``expected_survivors`` on the undamaged log), which is only possible when ``verify``
