@@ -9,7 +9,6 @@ first: then everything is cleanable and the survivors must match exactly.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import re
 import shutil
@@ -20,9 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from cleanerd.cli import cli
 from cleanerd.cli._compact import _print_table
 from cleanerd.compaction import CompactionProgress, cleaner_checkpoint, compact_partition
 from cleanerd.format import kernels as k
@@ -30,21 +28,13 @@ from cleanerd.inspect import verify_path
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
+from tests.support.cli import ok, run
+from tests.support.logs import tree_hash
 
 NOW = 1_800_000_000_000
 GEN: dict[str, Any] = {"records": 3000, "keys": 200, "records_per_batch": 20}
 GEN["tombstone_ratio"] = 0.15
 MIXED = {**GEN, "transactional_producers": 2, "idempotent_producers": 1, "segment_bytes": 30_000}
-
-
-def run(*args: str | Path | int) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def ok(*args: str | Path | int) -> Result:
-    result = run(*args)
-    assert result.exit_code == 0, result.output
-    return result
 
 
 def json_lines(result: Result) -> list[dict[str, Any]]:
@@ -97,16 +87,6 @@ def data_records(directory: Path) -> dict[bytes, int]:
     finally:
         log.close()
     return out
-
-
-def tree_hash(path: Path) -> dict[str, str]:
-    """Name, content and mtime of every file under ``path``."""
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-        + f":{p.stat().st_mtime_ns}"
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
 
 
 # --- the result --------------------------------------------------------------------------------

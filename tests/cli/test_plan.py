@@ -7,7 +7,6 @@ metadata is checked against ``LogMeta.from_log`` on the same files.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import shutil
 import subprocess
@@ -16,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from cleanerd.cli import cli
 from cleanerd.cli._plan import read_log_meta
 from cleanerd.compaction import LogMeta, cleaner_checkpoint
 from cleanerd.storage import (
@@ -29,6 +26,8 @@ from cleanerd.storage import (
     write_offset_checkpoint,
 )
 from cleanerd.workload import WorkloadSpec, generate
+from tests.support.cli import ok, run
+from tests.support.logs import tree_hash
 
 NOW = 1_800_000_000_000
 SPEC: dict[str, Any] = {"records": 2000, "keys": 100, "records_per_batch": 20}
@@ -44,28 +43,9 @@ FIELDS += ("cleanable_bytes", "cleanable_range", "is_cleanable", "first_dirty_of
 FIELDS += ("first_uncleanable_offset", "log_start_offset", "log_end_offset", "checkpoint")
 
 
-def run(*args: str | Path | int) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
-
-
-def ok(*args: str | Path | int) -> Result:
-    result = run(*args)
-    assert result.exit_code == 0, result.output
-    return result
-
-
 def plans(*args: str | Path | int) -> list[dict[str, Any]]:
     result = ok("plan", *args, "--format", "json")
     return [json.loads(line) for line in result.stdout.splitlines()]
-
-
-def tree_hash(path: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-        + f":{p.stat().st_mtime_ns}"
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
 
 
 def make_logs(tmp_path: Path, **spec: Any) -> Path:

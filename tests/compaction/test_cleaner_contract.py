@@ -41,7 +41,7 @@ from cleanerd.storage import (
 )
 from cleanerd.storage import _chunks as chunks_mod
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig
-from tests.compaction.test_cleaner import (
+from tests.support.cleaning import (
     DAY,
     LARGE_TS,
     OFFSET,

@@ -19,7 +19,7 @@ import pytest
 from cleanerd.compaction import Cleaner
 from cleanerd.inspect._verify import verify_partition
 from cleanerd.storage import PartitionLog
-from tests.compaction.test_cleaner import (
+from tests.support.cleaning import (
     LARGE_TS,
     OFFSET,
     compacted_config,

@@ -20,7 +20,7 @@ from kafka.record.memory_records import MemoryRecords
 from cleanerd.compaction import Cleaner, cleaner_checkpoint
 from cleanerd.inspect._verify import verify_partition
 from cleanerd.storage import PartitionLog
-from tests.compaction.test_cleaner import (
+from tests.support.cleaning import (
     OFFSET,
     clean_until_done,
     compacted_config,

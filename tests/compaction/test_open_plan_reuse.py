@@ -21,7 +21,7 @@ from cleanerd.compaction._batches import fold_producers
 from cleanerd.format import Record, build_batch, scan_batches
 from cleanerd.storage import LogSegment, PartitionLog
 from cleanerd.storage._producer_state import ProducerState, fold_segment, scan_producer_state
-from tests.compaction.test_cleaner import (
+from tests.support.cleaning import (
     LARGE_TS,
     OFFSET,
     Producer,

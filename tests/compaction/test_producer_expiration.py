@@ -28,7 +28,7 @@ from cleanerd.topics import (
     TopicCleanerConfig,
     TopicSettings,
 )
-from tests.compaction.test_cleaner import (
+from tests.support.cleaning import (
     batches_of,
     clean,
     compacted_config,

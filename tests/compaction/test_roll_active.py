@@ -16,22 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from cleanerd.cli import cli
 from cleanerd.compaction import Bound, LogMeta, as_rolled, plan
 from cleanerd.format import Record
 from cleanerd.inspect import verify_path
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import TopicCleanerConfig
+from tests.support.cli import run
 
 NAME = "small-gzip-hdr-tomb-0"
 NOW = 1_800_000_000_000
 ZERO = ("--now", str(NOW), "--delete-retention-ms", "0")
-
-
-def run(*args: str | Path) -> Result:
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
 def fixture_copy(kafka_fixtures: Path, tmp_path: Path) -> tuple[Path, dict[str, Any]]:

@@ -24,15 +24,9 @@ from cleanerd.scheduling import CleaningState, PartitionStatus
 from cleanerd.service import DaemonSnapshot
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.storage import TopicPartition
-from tests.deploy.test_grafana import concrete_queries, documented_samples, metric_names
-from tests.support.e2e_support import (
-    HOST,
-    DaemonProcess,
-    free_port,
-    poll_until,
-    sample_value,
-    write_config,
-)
+from tests.support.dashboard import concrete_queries, documented_samples, metric_names
+from tests.support.e2e_support import HOST, DaemonProcess, free_port, sample_value, write_config
+from tests.support.polling import poll_until
 
 REPO = Path(__file__).resolve().parents[2]
 PROM = REPO / "deploy" / "prometheus"

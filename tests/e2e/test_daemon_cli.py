@@ -17,7 +17,8 @@ import pytest
 
 from cleanerd.service._metrics_doc import METRICS_DOC
 from cleanerd.storage import LogDir
-from tests.support.e2e_support import REPO, DaemonProcess, free_port, poll_until, write_config
+from tests.support.e2e_support import REPO, DaemonProcess, free_port, write_config
+from tests.support.polling import poll_until
 
 
 def _cleanerd(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,8 @@ from typing import Any
 
 from cleanerd.storage import PartitionLog, TopicPartition
 from cleanerd.workload import LiveWriter, check_survivors
-from tests.support.e2e_support import DaemonProcess, poll_until, sample_value, write_config
+from tests.support.e2e_support import DaemonProcess, sample_value, write_config
+from tests.support.polling import poll_until
 
 BACKOFF_MS = 300
 

@@ -18,7 +18,8 @@ from cleanerd.snapshot import load_state
 from cleanerd.storage import TopicPartition, list_snapshots
 from cleanerd.topics import StrategyConfig
 from cleanerd.workload import LiveWriter
-from tests.support.e2e_support import DaemonProcess, Samples, poll_until, sample_value, write_config
+from tests.support.e2e_support import DaemonProcess, Samples, sample_value, write_config
+from tests.support.polling import poll_until
 
 SNAP = TopicPartition("snap", 0)
 PLAIN = TopicPartition("plain", 0)

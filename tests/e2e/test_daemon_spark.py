@@ -24,7 +24,8 @@ import pytest
 from cleanerd.compaction import compact_directory
 from cleanerd.storage import PartitionLog, wall_clock_ms
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
-from tests.support.e2e_support import DaemonProcess, poll_until, sample_value, write_config
+from tests.support.e2e_support import DaemonProcess, sample_value, write_config
+from tests.support.polling import poll_until
 
 pytest.importorskip("pyspark", reason="the spark extra is part of the test install")
 

@@ -20,28 +20,12 @@ from typing import Any
 import pytest
 
 from cleanerd.config import load_config
-from cleanerd.format import Record
 from cleanerd.scheduling import Survey
 from cleanerd.service import Daemon
-from cleanerd.storage import LogDir, PartitionLog, TopicPartition
-from cleanerd.topics import LogConfig
-from tests.support.e2e_support import DaemonProcess, poll_until, write_config
-
-
-def _log_dir(root: Path) -> Path:
-    """Two small compacted partitions with a rolled segment each."""
-    logdir = root / "logs"
-    for partition in (0, 1):
-        directory = logdir / TopicPartition("t", partition).dir_name
-        log = PartitionLog.create(directory, LogConfig())
-        try:
-            for n in range(40):
-                log.append([Record(0, 1_000 + n, f"k{n % 7}".encode(), b"v" * 20)])
-                if n == 20:
-                    log.roll()
-        finally:
-            log.close()
-    return logdir
+from cleanerd.storage import LogDir
+from tests.support.e2e_support import DaemonProcess, write_config
+from tests.support.logs import two_partitions
+from tests.support.polling import poll_until
 
 
 def _catches(pid: int, sig: int) -> bool:
@@ -67,7 +51,7 @@ def _catches(pid: int, sig: int) -> bool:
     ],
 )
 def test_a_stop_early_in_the_start_exits_0(tmp_path: Path, sig: int, after_s: float) -> None:
-    logdir = _log_dir(tmp_path)
+    logdir = two_partitions(tmp_path)
     config = write_config(tmp_path, {"log.dirs": str(logdir), "log.cleanup.policy": "compact"})
     daemon = DaemonProcess(config, tmp_path, ready=False)
     daemon.start()
@@ -120,7 +104,7 @@ def _daemon(logdir: Path, **settings: str) -> tuple[Daemon, _HeldSurvey]:
 
 @pytest.mark.asyncio
 async def test_sigterm_during_the_first_survey_exits_0_before_binding(tmp_path: Path) -> None:
-    daemon, held = _daemon(_log_dir(tmp_path))
+    daemon, held = _daemon(two_partitions(tmp_path))
     run = asyncio.create_task(daemon.run())
     assert await asyncio.to_thread(held.started.wait, 60)
     assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL  # the daemon's, by now
@@ -151,7 +135,7 @@ async def test_a_survey_outliving_the_shutdown_timeout_exits_1(
         raise Exited
 
     monkeypatch.setattr(os, "_exit", fake_exit)
-    daemon, held = _daemon(_log_dir(tmp_path), **{"cleanerd.shutdown.timeout.ms": "100"})
+    daemon, held = _daemon(two_partitions(tmp_path), **{"cleanerd.shutdown.timeout.ms": "100"})
     run = asyncio.create_task(daemon.run())
     try:
         assert await asyncio.to_thread(held.started.wait, 60)

@@ -15,10 +15,10 @@ from tests.support.e2e_support import (
     free_port,
     parse_log_lines,
     parse_metrics,
-    poll_until,
     sample_value,
     write_config,
 )
+from tests.support.polling import poll_until
 
 SAMPLE_METRICS = """\
 # HELP cleanerd_max_dirty_ratio Highest dirty ratio of the last grab.

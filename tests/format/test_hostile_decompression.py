@@ -46,7 +46,8 @@ from cleanerd.format._codecs import (
 from cleanerd.storage import PartitionLog
 from cleanerd.workload import WorkloadSpec, generate
 from tests.support.bombs import GIB, bomb_batch, bomb_logdir, compressed_bomb, files_of
-from tests.support.e2e_support import DaemonProcess, poll_until, write_config
+from tests.support.e2e_support import DaemonProcess, write_config
+from tests.support.polling import poll_until
 
 CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
 

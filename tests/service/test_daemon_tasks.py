@@ -22,7 +22,8 @@ from cleanerd.service import _clean_job as clean_job
 from cleanerd.service import _snapshot_routes as snapshot_routes
 from cleanerd.service import _workers as workers
 from cleanerd.service._workers import CLEAN_THREAD_PREFIX
-from tests.e2e.test_daemon_start_stop import _log_dir
+from tests.support.logs import two_partitions
+from tests.support.polling import until
 
 
 def _daemon(logdir: Path, **settings: str) -> Daemon:
@@ -34,13 +35,6 @@ def _daemon(logdir: Path, **settings: str) -> Daemon:
     }
     loaded = load_config(env={}, overrides=overrides)
     return Daemon(loaded, lambda: loaded)
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
 
 
 def _daemon_threads() -> list[threading.Thread]:
@@ -78,10 +72,10 @@ async def test_cleanings_run_on_the_pool_sized_by_log_cleaner_threads(
     cleanings = _Cleanings(clean_job.run_clean)
     cleanings.release.set()
     monkeypatch.setattr(workers, "run_clean", cleanings)
-    daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "3"})
+    daemon = _daemon(two_partitions(tmp_path), **{"log.cleaner.threads": "3"})
     run = asyncio.create_task(daemon.run())
     try:
-        await _until(lambda: daemon.manager.totals.cleanings == 2)
+        await until(lambda: daemon.manager.totals.cleanings == 2)
         assert daemon.pool is not None
         assert daemon.pool.threads.max_workers == 3
         assert len(cleanings.threads) == 2
@@ -97,11 +91,11 @@ async def test_a_pause_sets_the_running_cleanings_abort_signal_and_it_aborts(
 ) -> None:
     cleanings = _Cleanings(clean_job.run_clean)
     monkeypatch.setattr(workers, "run_clean", cleanings)
-    daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "1"})
+    daemon = _daemon(two_partitions(tmp_path), **{"log.cleaner.threads": "1"})
     run = asyncio.create_task(daemon.run())
     try:
         with structlog.testing.capture_logs() as logs:
-            await _until(cleanings.started.is_set)
+            await until(cleanings.started.is_set)
             (check,) = cleanings.checks
             signal = getattr(check, "__self__", None)
             assert isinstance(signal, threading.Event)  # the cleaning's own Event's is_set
@@ -111,7 +105,7 @@ async def test_a_pause_sets_the_running_cleanings_abort_signal_and_it_aborts(
             assert status is not None
             assert status.state.value == "aborted"
             assert signal.is_set()  # set from the loop, at once
-            await _until(lambda: daemon.manager.status(tp).state.value == "paused")  # type: ignore[union-attr]
+            await until(lambda: daemon.manager.status(tp).state.value == "paused")  # type: ignore[union-attr]
         aborted = [e for e in logs if e["event"] == "cleaning aborted"]
         assert [(e["partition"], e["reason"]) for e in aborted] == [(str(tp), "paused")]
         assert daemon.manager.totals.cleanings == 0
@@ -128,9 +122,9 @@ async def test_shutdown_aborts_the_running_cleaning_and_leaves_no_task_or_thread
 ) -> None:
     cleanings = _Cleanings(clean_job.run_clean)
     monkeypatch.setattr(workers, "run_clean", cleanings)
-    daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "2"})
+    daemon = _daemon(two_partitions(tmp_path), **{"log.cleaner.threads": "2"})
     run = asyncio.create_task(daemon.run())
-    await _until(cleanings.started.is_set)
+    await until(cleanings.started.is_set)
     assert _daemon_threads()  # the cleaning's, and the survey's
     daemon.request_stop("test")
     assert await asyncio.wait_for(run, 60) == 0
@@ -150,7 +144,7 @@ async def test_shutdown_aborts_the_running_cleaning_and_leaves_no_task_or_thread
 async def test_a_crashed_manager_loop_stops_the_daemon_with_exit_1(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    daemon = _daemon(_log_dir(tmp_path))
+    daemon = _daemon(two_partitions(tmp_path))
 
     async def broken() -> None:
         raise RuntimeError("manager bug")
@@ -176,7 +170,7 @@ async def test_a_failed_task_of_the_group_is_logged_and_the_daemon_exits_1(
         raise RuntimeError("supervisor bug")
 
     monkeypatch.setattr(workers.WorkerPool, "_supervise", broken)
-    daemon = _daemon(_log_dir(tmp_path))
+    daemon = _daemon(two_partitions(tmp_path))
     with structlog.testing.capture_logs() as logs:
         code = await asyncio.wait_for(daemon.run(), 60)
     assert code == 1
@@ -189,7 +183,7 @@ async def test_a_failed_task_of_the_group_is_logged_and_the_daemon_exits_1(
 
 @pytest.mark.asyncio
 async def test_a_reload_to_more_threads_grows_the_cleaning_pool(tmp_path: Path) -> None:
-    logdir = _log_dir(tmp_path)
+    logdir = two_partitions(tmp_path)
     daemon = _daemon(logdir, **{"log.cleaner.threads": "1"})
     more = load_config(
         env={},
@@ -203,13 +197,13 @@ async def test_a_reload_to_more_threads_grows_the_cleaning_pool(tmp_path: Path) 
     daemon._reload_config = lambda: more
     run = asyncio.create_task(daemon.run())
     try:
-        await _until(lambda: daemon.ready)
+        await until(lambda: daemon.ready)
         assert daemon.pool is not None
         assert daemon.pool.threads.max_workers == 1
         daemon.reload()
         assert daemon.pool.threads.max_workers == 2
         assert daemon.pool.settings.threads == 2
-        await _until(lambda: len(daemon.pool.status) == 2)  # type: ignore[union-attr]
+        await until(lambda: len(daemon.pool.status) == 2)  # type: ignore[union-attr]
     finally:
         daemon.request_stop("test")
         assert await asyncio.wait_for(run, 60) == 0
@@ -224,16 +218,16 @@ async def test_a_pause_while_the_worker_waits_for_memory_takes_no_thread(
     cleanings = _Cleanings(clean_job.run_clean)
     cleanings.release.set()
     monkeypatch.setattr(workers, "run_clean", cleanings)
-    daemon = _daemon(_log_dir(tmp_path), **{"log.cleaner.threads": "1"})
+    daemon = _daemon(two_partitions(tmp_path), **{"log.cleaner.threads": "1"})
     held = await daemon.budget.acquire(daemon.budget.total)  # nothing left to lend
     run = asyncio.create_task(daemon.run())
     try:
         with structlog.testing.capture_logs() as logs:
-            await _until(lambda: daemon.budget.waiting > 0)
+            await until(lambda: daemon.budget.waiting > 0)
             (tp,) = [s.tp for s in daemon.manager.statuses() if s.state.value == "in_progress"]
             daemon.pause(tp)
             daemon.budget.release(held)
-            await _until(lambda: daemon.manager.status(tp).state.value == "paused")  # type: ignore[union-attr]
+            await until(lambda: daemon.manager.status(tp).state.value == "paused")  # type: ignore[union-attr]
         assert tp.dir_name not in cleanings.dirs
         aborted = [e for e in logs if e["event"] == "cleaning aborted"]
         assert [(e["partition"], e["reason"]) for e in aborted] == [(str(tp), "paused")]
@@ -246,7 +240,7 @@ async def test_a_pause_while_the_worker_waits_for_memory_takes_no_thread(
 async def test_surveys_and_http_file_reads_run_on_the_service_threads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    daemon = _daemon(_log_dir(tmp_path))
+    daemon = _daemon(two_partitions(tmp_path))
     ran: list[tuple[str, str]] = []
     real_scan, real_listing = daemon.manager.scan, snapshot_routes._listing
 
@@ -262,7 +256,7 @@ async def test_surveys_and_http_file_reads_run_on_the_service_threads(
     monkeypatch.setattr(snapshot_routes, "_listing", listing)
     run = asyncio.create_task(daemon.run())
     try:
-        await _until(lambda: daemon.ready)
+        await until(lambda: daemon.ready)
         assert daemon.http is not None
         url = f"http://127.0.0.1:{daemon.http.port}/partitions/t/0/snapshots"
         async with aiohttp.ClientSession() as client, client.get(url) as response:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 import pytest_asyncio
-from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from cleanerd.scheduling import CleaningState, PartitionStatus
@@ -25,6 +24,7 @@ from cleanerd.service._http import (
 )
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.storage import TopicPartition
+from tests.support.daemon_stub import remote_peer
 
 TOKEN = "s3cret-token"
 TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -229,18 +229,10 @@ def test_remote_peers_need_the_token(peer: str | None) -> None:
     assert is_trusted(peer, f"bearer  {TOKEN} ", TOKEN)
 
 
-@web.middleware
-async def _remote_peer(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """Makes every request look as if it came from another host."""
-    return await handler(request.clone(remote="203.0.113.7"))
-
-
 @pytest_asyncio.fixture
 async def remote_server(daemon: FakeDaemon) -> AsyncIterator[HttpServer]:
     app = make_app(daemon, DaemonMetrics(daemon.snapshot), Access(TOKEN))
-    app.middlewares.insert(0, _remote_peer)
+    app.middlewares.insert(0, remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)
     yield srv
     await srv.close()
@@ -290,7 +282,7 @@ async def test_close_frees_the_port(daemon: FakeDaemon) -> None:
 
 async def _remote(daemon: FakeDaemon, *, status_public: bool = False) -> HttpServer:
     app = make_app(daemon, DaemonMetrics(daemon.snapshot), Access(TOKEN, status_public))
-    app.middlewares.insert(0, _remote_peer)
+    app.middlewares.insert(0, remote_peer)
     return await serve_app(app, "127.0.0.1", 0)
 
 
@@ -358,7 +350,7 @@ async def test_access_rules_are_read_at_each_request(
     """The daemon passes a function, so a SIGHUP that changes the token applies at once."""
     rules = [Access("old-token")]
     app = make_app(daemon, DaemonMetrics(daemon.snapshot), lambda: rules[-1])
-    app.middlewares.insert(0, _remote_peer)
+    app.middlewares.insert(0, remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)
     try:
         new = {"Authorization": "Bearer new-token"}

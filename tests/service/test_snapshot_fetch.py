@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from cleanerd.service._snapshot_routes import (
     file_etag,
 )
 from cleanerd.storage import parse_name
-from tests.support.daemon_stub import OnePartition
+from tests.support.daemon_stub import OnePartition, remote_peer
 from tests.support.e2e_support import DaemonProcess, free_port, write_config
 
 TOKEN = "fetch-test-token"
@@ -249,18 +249,11 @@ async def test_remote_peers_need_the_token(served: Served, tmp_path: Path) -> No
 
 
 # --- the access rule in process, with a faked remote peer (no second address needed) --------------
-@web.middleware
-async def _remote_peer(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    return await handler(request.clone(remote="203.0.113.9"))
-
-
 @pytest_asyncio.fixture
 async def remote_app(served: Served) -> AsyncIterator[str]:
     api = OnePartition(served.partition)
     app = make_app(api, DaemonMetrics(api.snapshot), Access(TOKEN))
-    app.middlewares.insert(0, _remote_peer)
+    app.middlewares.insert(0, remote_peer)
     srv = await serve_app(app, "127.0.0.1", 0)
     yield f"http://127.0.0.1:{srv.port}"
     await srv.close()

@@ -19,7 +19,8 @@ from cleanerd.service import _workers as workers
 from cleanerd.service._budget import DedupeBudget
 from cleanerd.service._workers import PoolSettings, WorkerPool
 from cleanerd.storage import TopicPartition
-from tests.scheduling.test_manager import BUDGET, NOW, OLD, RECENT, Clock, _log, _settings
+from tests.support.polling import until
+from tests.support.scheduling import BUDGET, NOW, OLD, RECENT, Clock, _log, _settings
 
 
 class CountingEvent(asyncio.Event):
@@ -64,13 +65,6 @@ def _pool(
     return pool, starved
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 @pytest.mark.asyncio
 async def test_starved_after_the_work_runs_out_not_after_each_cleaning(tmp_path: Path) -> None:
     for topic in ("a", "b", "c"):
@@ -83,7 +77,7 @@ async def test_starved_after_the_work_runs_out_not_after_each_cleaning(tmp_path:
         manager.apply(manager.scan())
         pool.resize(1)
         try:
-            await _until(pool.starved.is_set)
+            await until(pool.starved.is_set)
             assert len(cleaned) == 3  # all three cleaned back to back, then one rescan request
             assert starved.sets == 1
             # the manager's next cycle: a survey, after which nothing is left to clean
@@ -139,7 +133,7 @@ async def test_a_job_failing_while_shutdown_aborts_it_is_logged(
         async with asyncio.TaskGroup() as group:
             pool, _ = _pool(manager, [], group)
             pool.resize(1)
-            await _until(started.is_set)
+            await until(started.is_set)
             assert await pool.stop(30.0)
     failed = [e for e in logs if e["event"] == "cleaning failed while aborted"]
     assert len(failed) == 1
@@ -205,7 +199,7 @@ async def test_a_failing_cleaning_is_logged_with_its_error_and_the_worker_carrie
             pool, _ = _pool(manager, cleaned, group)
             pool.resize(1)
             try:
-                await _until(lambda: len(cleaned) == 1)
+                await until(lambda: len(cleaned) == 1)
             finally:
                 assert await pool.stop(30.0)
     failed = [e for e in logs if e["event"] == "cleaning failed"]
@@ -245,7 +239,7 @@ async def test_a_crashed_worker_is_logged_with_its_error_and_restarted(
             pool, _ = _pool(manager, cleaned, group)
             pool.resize(1)
             try:
-                await _until(lambda: cleaned == [TopicPartition("a", 0)])
+                await until(lambda: cleaned == [TopicPartition("a", 0)])
             finally:
                 assert await pool.stop(30.0)
     crashed = [e for e in logs if e["event"] == "worker crashed; restarting it"]

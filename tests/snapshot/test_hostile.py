@@ -36,27 +36,21 @@ from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.snapshot._build import plan_state
 from cleanerd.snapshot._format import SnapshotError, SnapshotReader, SnapshotWriter
 from cleanerd.storage import ReadOnlyLog, SnapshotId, list_snapshots, snapshot_dir
+from tests.support.cli import cleanerd_env
 from tests.support.daemon_stub import OnePartition
+from tests.support.permissions import permissions_prefix
 
-REPO = Path(__file__).resolve().parents[2]
 LIVE_KEYS = 2300  # what orders-0's state holds (seed 3): more than two 1,000-record batches
 END = 6000
 SID = f"{END:020d}-{0:010d}"
 TP = "/partitions/orders/0/snapshots"
-NOBODY = 65534
-
-
-def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}
-    env["PYTHONPATH"] = str(REPO)
-    return {**env, **(extra or {})}
 
 
 def cleanerd(*args: str, prefix: tuple[str, ...] = (), **env: str) -> tuple[int, str, str]:
     """``cleanerd ARGS`` in a subprocess; the timeout is the guard against a hang."""
     done = subprocess.run(
         [*prefix, sys.executable, "-m", "cleanerd", *args],
-        env=_env(env),
+        env=cleanerd_env(**env),
         capture_output=True,
         text=True,
         check=False,
@@ -489,24 +483,6 @@ def forbid_writes(monkeypatch: pytest.MonkeyPatch, root: Path) -> list[str]:
     return tried
 
 
-def _unprivileged() -> tuple[str, ...] | None:
-    """``setpriv`` to user nobody when it can run this Python here (root's own install may be
-    out of its reach), else None."""
-    setpriv = shutil.which("setpriv")
-    if os.geteuid() != 0 or setpriv is None:
-        return None
-    prefix = (setpriv, f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups")
-    probe = subprocess.run(
-        [*prefix, sys.executable, "-c", "import cleanerd.cli"],
-        env=_env(),
-        cwd="/",
-        capture_output=True,
-        check=False,
-        timeout=120,
-    )
-    return prefix if probe.returncode == 0 else None
-
-
 READ_ONLY_COMMANDS = [
     ("snapshot", "load", "--count", "{part}"),
     ("snapshot", "list", "{part}"),
@@ -532,7 +508,7 @@ def test_read_only_commands_write_nothing(
 
 @pytest.fixture
 def world_readable_copy(pristine: Path) -> Iterator[Path]:
-    """The log dir copied where user nobody can reach it, dirs 555 and files 444."""
+    """The log dir copied to a dir of its own (a kernel cache beside it), dirs 555, files 444."""
     root = Path(tempfile.mkdtemp(prefix="cleanerd-ro-"))
     root.chmod(0o755)
     cache = root / "numba-cache"
@@ -555,11 +531,13 @@ def world_readable_copy(pristine: Path) -> Iterator[Path]:
 def test_load_and_list_as_an_unprivileged_user_on_a_read_only_partition(
     world_readable_copy: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The real thing where this machine lets a test drop root; else the same checks with the
-    kernel's refusals injected in process (root ignores permission bits)."""
+    """The real thing where permissions apply here (as this user, or as root without the
+    capabilities that override them: ``tests/support/permissions.py``); else the same checks with
+    the kernel's refusals injected in process (root ignores permission bits)."""
     logdir = world_readable_copy
     part = str(_part(logdir))
-    prefix = _unprivileged()
+    permissions = permissions_prefix(logdir.parent)
+    prefix = None if permissions is None else tuple(permissions)
     for args in (("snapshot", "load", "--count", part), ("snapshot", "list", part)):
         if prefix is not None:
             code, out, err = cleanerd(

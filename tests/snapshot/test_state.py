@@ -18,16 +18,12 @@ from cleanerd.compaction import OffsetMap, slot_bytes
 from cleanerd.format import Record
 from cleanerd.snapshot import apply_retention, create_snapshot, load_state, truncate_log
 from cleanerd.storage import PartitionLog, list_snapshots
-from cleanerd.topics import LogConfig, Strategy, StrategyConfig
-from tests.compaction.test_cleaner import DAY, clean_until_done, compacted_config
-from tests.compaction.test_cleaner_model import NOW, VERSION_HEADER, Writer, append_st, op_st
+from cleanerd.topics import LogConfig, StrategyConfig
+from tests.support.cleaning import DAY, clean_until_done, compacted_config
 from tests.support.compaction_model import winners
+from tests.support.random_logs import NOW, Writer, append_st, op_st, strategy_config
 
 Entry = tuple[bytes | None, int, tuple[tuple[str, bytes | None], ...]]
-
-
-def _strategy(name: str) -> StrategyConfig:
-    return StrategyConfig(Strategy(name), VERSION_HEADER if name == "header" else "")
 
 
 def expected_state(writer: Writer, strategy: str) -> dict[bytes, tuple[bytes | None, int]]:
@@ -79,7 +75,7 @@ def test_snapshot_plus_replay_is_the_models_state(
     writer = Writer(log)
     writer.run(ops)
     writer.finish(commits)
-    strategy = _strategy(strategy_name)
+    strategy = strategy_config(strategy_name)
     budget = slots * slot_bytes(strategy)  # 3 or 5 slots: the key space is cut into slices
 
     # from the log alone, then from a first snapshot
@@ -151,7 +147,7 @@ def test_retention_keeps_the_newest(tmp_path: Path) -> None:
     made = []
     for round_ in range(4):
         log.append([Record(0, 1000, b"k%d" % i, b"r%d" % round_) for i in range(5)])
-        result = create_snapshot(log, _strategy("offset"))
+        result = create_snapshot(log, strategy_config("offset"))
         assert result.sid is not None
         made.append(result.sid)
     paths = [p for _, p in list_snapshots(log.directory)]
@@ -160,7 +156,7 @@ def test_retention_keeps_the_newest(tmp_path: Path) -> None:
     assert apply_retention(log.directory, 0) == paths[2:3]  # one always stays
     assert [sid for sid, _ in list_snapshots(log.directory)] == made[3:]
     want = {b"k%d" % i: (b"r3", 1000) for i in range(5)}
-    assert loaded(log, _strategy("offset"), 1 << 20) == want
+    assert loaded(log, strategy_config("offset"), 1 << 20) == want
     log.close()
 
 
@@ -168,7 +164,7 @@ def test_cleaning_keeps_the_tombstones_a_snapshot_replay_needs(tmp_path: Path) -
     """k1's value is in the oldest snapshot; its tombstone comes after it. Cleanings past the
     delete horizon must keep that tombstone, or a reader starting from the snapshot (the newest
     one damaged) gets k1 back. A log without snapshots loses the tombstone as Kafka's would."""
-    strategy = _strategy("offset")
+    strategy = strategy_config("offset")
     config = compacted_config(delete_retention_ms=DAY)
     logs = {}
     for name in ("with", "without"):
@@ -198,12 +194,12 @@ def test_retention_counts_only_valid_snapshots(tmp_path: Path) -> None:
     log = PartitionLog.create(tmp_path / "t-0")
     for round_ in range(3):
         log.append([Record(0, 1000, b"k%d" % i, b"r%d" % round_) for i in range(5)])
-        assert create_snapshot(log, _strategy("offset")).sid is not None
+        assert create_snapshot(log, strategy_config("offset")).sid is not None
     paths = [p for _, p in list_snapshots(log.directory)]
     newest = paths[-1]
     newest.write_bytes(newest.read_bytes()[:-5])  # no footer any more
     assert apply_retention(log.directory, 1) == paths[:1]
     assert [p for _, p in list_snapshots(log.directory)] == paths[1:]
     want = {b"k%d" % i: (b"r2", 1000) for i in range(5)}  # the log after the valid one
-    assert loaded(log, _strategy("offset"), 1 << 20) == want
+    assert loaded(log, strategy_config("offset"), 1 << 20) == want
     log.close()

@@ -28,22 +28,16 @@ from cleanerd.storage._regular import (
     truncate_regular,
 )
 from cleanerd.workload import WorkloadSpec, generate
+from tests.support.cli import cleanerd_env
 
-REPO = Path(__file__).resolve().parents[2]
 SPEC = {"records": 400, "keys": 100, "records_per_batch": 20, "segment_bytes": 6000}
 TIMEOUT = 180  # seconds; a command blocked on a FIFO never ends by itself
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}
-    env["PYTHONPATH"] = str(REPO)
-    return env
 
 
 def cleanerd(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cleanerd", *args],
-        env=_env(),
+        env=cleanerd_env(),
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
@@ -111,7 +105,7 @@ def run(command: str, logdir: Path) -> subprocess.CompletedProcess[str]:
         )
         return subprocess.run(
             [sys.executable, "-c", code, str(logdir / "t-0")],
-            env=_env(),
+            env=cleanerd_env(),
             capture_output=True,
             text=True,
             timeout=TIMEOUT,

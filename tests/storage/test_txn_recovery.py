@@ -30,7 +30,7 @@ from cleanerd.inspect._verify import verify_partition
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import LogConfig
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate
-from tests.compaction.test_cleaner import (
+from tests.support.cleaning import (
     DAY,
     LARGE_TS,
     OFFSET,

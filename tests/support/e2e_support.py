@@ -18,17 +18,16 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 Samples = dict[str, list[tuple[dict[str, str], float]]]
-T = TypeVar("T")
 _names = itertools.count(1)
 
 
@@ -134,20 +133,6 @@ def parse_log_lines(text: str) -> list[dict[str, Any]]:
         if isinstance(doc, dict):
             out.append(doc)
     return out
-
-
-def poll_until(
-    fn: Callable[[], T | None], *, timeout: float = 30.0, interval: float = 0.1, what: str = ""
-) -> T:
-    """Call ``fn`` until it returns something truthy; fail (never hang) after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what or fn}")
-        time.sleep(interval)
 
 
 # --- the daemon as a process --------------------------------------------------------------------

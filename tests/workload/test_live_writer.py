@@ -23,7 +23,8 @@ from cleanerd.storage import (
 from cleanerd.topics import TopicSettings
 from cleanerd.workload import LiveWriter
 from cleanerd.workload._check import PartitionModel, check_model, check_survivors, load_model
-from tests.support.e2e_support import REPO, poll_until
+from tests.support.e2e_support import REPO
+from tests.support.polling import poll_until
 
 START = 1_700_000_000_000
 
