@@ -8,14 +8,9 @@ import random
 import pytest
 
 from cleanerd.service._budget import DedupeBudget
+from tests.support.polling import until
 
 TIMEOUT = 10  # only against hangs
-
-
-async def _settle() -> None:
-    """Let every ready task run until all of them wait again."""
-    for _ in range(5):
-        await asyncio.sleep(0)
 
 
 @pytest.mark.asyncio
@@ -43,11 +38,11 @@ async def test_big_waiter_at_the_head_blocks_later_small_ones() -> None:
                 await until.wait()
 
     first = asyncio.create_task(hold("first", 60, release_first))
-    await _settle()
+    await until(lambda: order == ["first"], TIMEOUT)
     big = asyncio.create_task(hold("big", 80))
-    await _settle()
+    await until(lambda: budget.waiting == 1, TIMEOUT)
     small = asyncio.create_task(hold("small", 10))  # would fit next to "first", but must wait
-    await _settle()
+    await until(lambda: budget.waiting == 2, TIMEOUT)
     assert order == ["first"]
     assert budget.waiting == 2
     assert budget.in_use == 60
@@ -149,9 +144,9 @@ async def test_cancel_while_waiting_unblocks_the_rest() -> None:
             got.append(granted)
 
     big = asyncio.create_task(want(80))  # waits at the head
-    await _settle()
+    await until(lambda: budget.waiting == 1, TIMEOUT)
     small = asyncio.create_task(want(30))  # waits behind it
-    await _settle()
+    await until(lambda: budget.waiting == 2, TIMEOUT)
     assert budget.waiting == 2
     big.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -168,7 +163,7 @@ async def test_cancel_after_grant_before_resuming_gives_it_back() -> None:
     budget = DedupeBudget(100)
     first = await budget.acquire(100)
     waiter = asyncio.create_task(budget.acquire(50))
-    await _settle()
+    await until(lambda: budget.waiting == 1, TIMEOUT)
     budget.release(first)  # grants the waiter, which has not run yet
     assert budget.in_use == 50
     waiter.cancel()
@@ -182,7 +177,7 @@ async def test_resize_wakes_waiters_and_caps_grants() -> None:
     budget = DedupeBudget(100)
     first = await budget.acquire(100)
     waiter = asyncio.create_task(budget.acquire(150))
-    await _settle()
+    await until(lambda: budget.waiting == 1, TIMEOUT)
     assert budget.waiting == 1
     budget.resize(300)  # room for 200 more, and 150 <= 300
     granted = await asyncio.wait_for(waiter, TIMEOUT)
@@ -191,7 +186,7 @@ async def test_resize_wakes_waiters_and_caps_grants() -> None:
     budget.release(granted)
     budget.resize(50)  # below what is in use: nobody gets in until enough comes back
     late = asyncio.create_task(budget.acquire(80))
-    await _settle()
+    await until(lambda: budget.waiting == 1, TIMEOUT)
     assert budget.waiting == 1
     budget.release(first)
     assert await asyncio.wait_for(late, TIMEOUT) == 50  # capped at the new total

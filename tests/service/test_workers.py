@@ -13,7 +13,7 @@ import pytest
 import structlog
 
 from cleanerd.compaction import Throttler
-from cleanerd.scheduling import CleanerManager
+from cleanerd.scheduling import CleanerManager, Grab
 from cleanerd.service import _clean_job as clean_job
 from cleanerd.service import _workers as workers
 from cleanerd.service._budget import DedupeBudget
@@ -65,6 +65,22 @@ def _pool(
     return pool, starved
 
 
+def _empty_grabs(manager: CleanerManager) -> Callable[[], int]:
+    """Counts the grabs that find nothing to clean (each then backs off, or asks for a rescan)."""
+    real = manager.grab
+    empty = 0
+
+    def grab() -> Grab | None:
+        nonlocal empty
+        got = real()
+        if got is None:
+            empty += 1
+        return got
+
+    manager.grab = grab  # type: ignore[method-assign]
+    return lambda: empty
+
+
 @pytest.mark.asyncio
 async def test_starved_after_the_work_runs_out_not_after_each_cleaning(tmp_path: Path) -> None:
     for topic in ("a", "b", "c"):
@@ -73,6 +89,7 @@ async def test_starved_after_the_work_runs_out_not_after_each_cleaning(tmp_path:
     cleaned: list[TopicPartition] = []
     async with asyncio.TaskGroup() as group:
         pool, starved = _pool(manager, cleaned, group)
+        empty_grabs = _empty_grabs(manager)
         pool.survey_started()
         manager.apply(manager.scan())
         pool.resize(1)
@@ -85,7 +102,8 @@ async def test_starved_after_the_work_runs_out_not_after_each_cleaning(tmp_path:
             pool.survey_started()
             manager.apply(manager.scan())
             pool.wake()
-            await asyncio.sleep(0.2)  # several backoffs of a worker finding nothing
+            since = empty_grabs()
+            await until(lambda: empty_grabs() >= since + 3)  # a worker found nothing, thrice
             assert not pool.starved.is_set()
             assert starved.sets == 1
             assert pool.cleanings_ended == 3
@@ -99,11 +117,12 @@ async def test_no_rescan_request_when_nothing_was_cleaned(tmp_path: Path) -> Non
     manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
     async with asyncio.TaskGroup() as group:
         pool, starved = _pool(manager, [], group)
+        empty_grabs = _empty_grabs(manager)
         pool.survey_started()
         manager.apply(manager.scan())
         pool.resize(1)
         try:
-            await asyncio.sleep(0.2)
+            await until(lambda: empty_grabs() >= 3)  # a worker found nothing, thrice
             assert not pool.starved.is_set()
             assert starved.sets == 0
             assert pool.cleanings_ended == 0
