@@ -5,11 +5,12 @@ Run ``.venv/bin/python bench/fuzz_compact.py [--mutants N] [--seed S] [--codecs 
 For each codec and variant (``plain``: an idempotent producer; ``txn``: two transactional
 producers aborting 40% of their transactions, and an idempotent one) a small log of several
 segments is generated from ``--seed`` and rolled. The mutants are dealt to the bases in turn;
-each damages its base's log as its own seed says (``tests/fuzz_mutations.py``) and is judged
-by the oracle of ``tests/test_compact_fuzz.py`` (``tests/fuzz_support.py``): no traceback;
-exit 0 with the model's survivors, and only when ``verify`` saw no damage to data; exit 1 with
-every file byte-identical and a file named. Mutants run one after another in ``--work`` (tmpfs
-by default: ``compact`` fsyncs, which on a disk would be most of the run).
+each damages its base's log as its own seed says (``tests/support/fuzz_mutations.py``) and is
+judged by the oracle of ``tests/compaction/test_compact_fuzz.py``
+(``tests/support/fuzz_support.py``): no traceback; exit 0 with the model's survivors, and only
+when ``verify`` saw no damage to data; exit 1 with every file byte-identical and a file named.
+Mutants run one after another in ``--work`` (tmpfs by default: ``compact`` fsyncs, which on a
+disk would be most of the run).
 
 Prints one JSON document on stdout: counts per outcome (``compacted``, ``index-repaired``,
 ``refused``, ``failure``), per base, the ``cleanerd gen`` line of each base, and every failure
@@ -41,7 +42,7 @@ configure_numba_cache()  # before numba loads: importing cleanerd chooses no cac
 
 from _facts import emit  # noqa: E402
 
-from tests.fuzz_support import (  # noqa: E402
+from tests.support.fuzz_support import (  # noqa: E402
     CODECS,
     FAILURE,
     OUTCOMES,

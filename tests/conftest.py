@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-_TESTS = Path(__file__).resolve().parent
-_REPO = _TESTS.parent
+from tests.support.kafka_fixtures import find_kafka_fixtures
 
+_TESTS = Path(__file__).resolve().parent
 
 # Hypothesis: no wall-clock deadline anywhere (a loaded CI machine makes fsync-heavy examples slow,
 # and a deadline is a timed assertion). "ci" also derandomizes, so a CI failure replays exactly;
@@ -54,27 +54,6 @@ def _environment_unchanged() -> Iterator[None]:
     pytest.fail(f"the test left os.environ changed: {', '.join(changed)}", pytrace=False)
 
 
-def find_kafka_fixtures() -> Path:
-    """Directory of the Kafka-written segments (see ``tests/fixtures/kafka/README.md``).
-
-    ``CLEANERD_FIXTURES`` wins when set (it must exist); then the copy vendored in the repo;
-    then ``<repo>/../shared/fixtures/kafka``. Fails (never skips) when none is there.
-    """
-    env = os.environ.get("CLEANERD_FIXTURES")
-    if env:
-        path = Path(env)
-        if not path.is_dir():
-            pytest.fail(f"CLEANERD_FIXTURES={env!r} is not a directory", pytrace=False)
-        return path
-    for path in (_TESTS / "fixtures" / "kafka", _REPO.parent / "shared" / "fixtures" / "kafka"):
-        if path.is_dir():
-            return path
-    pytest.fail(
-        "Kafka fixtures not found: set CLEANERD_FIXTURES, or restore tests/fixtures/kafka/",
-        pytrace=False,
-    )
-
-
 @pytest.fixture(scope="session")
 def kafka_fixtures() -> Path:
     """Path of the directory holding the Kafka-written partition fixtures."""
@@ -93,12 +72,13 @@ def spark() -> Iterator[Any]:
 
 # Markers applied from where a test lives and what it uses, so a new test in these files, or one
 # taking these fixtures, is marked without remembering to. ``slow`` is written on each slow test.
+# The patterns match a test file's path below tests/ (fnmatch: ``*`` crosses ``/``).
 _FILE_MARKERS = {
-    "test_spark_*.py": ("spark",),  # a SparkSession or spark-submit
-    "test_daemon_spark.py": ("spark",),
-    "test_daemon_*.py": ("e2e",),  # a real daemon process
-    "test_container.py": ("container",),  # buildah builds and runs the image
-    "test_packaging.py": ("packaging",),  # sdist and wheel builds
+    "spark/test_*.py": ("spark",),  # a SparkSession or spark-submit
+    "e2e/test_daemon_spark.py": ("spark",),
+    "e2e/test_daemon_*.py": ("e2e",),  # a real daemon process
+    "deploy/test_container.py": ("container",),  # buildah builds and runs the image
+    "project/test_packaging.py": ("packaging",),  # sdist and wheel builds
 }
 _FIXTURE_MARKERS = {"spark": ("spark",)}
 # a test, or a fixture it takes, that constructs one of these starts a real daemon process
@@ -122,12 +102,19 @@ def _starts_a_daemon(item: pytest.Function, cache: dict[Any, bool]) -> bool:
     return any(_source_calls(d.func, cache) for defs in fixtures.values() for d in defs)
 
 
+def _below_tests(path: Path) -> str:
+    """``path`` relative to tests/ (``spark/test_read.py``); its name when it is elsewhere."""
+    resolved = path.resolve()
+    return resolved.relative_to(_TESTS).as_posix() if resolved.is_relative_to(_TESTS) else path.name
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     cache: dict[Any, bool] = {}
     for item in items:
         names: set[str] = set()
+        where = _below_tests(item.path)
         for pattern, markers in _FILE_MARKERS.items():
-            if fnmatch.fnmatch(item.path.name, pattern):
+            if fnmatch.fnmatchcase(where, pattern):
                 names.update(markers)
         for fixture in getattr(item, "fixturenames", ()):
             names.update(_FIXTURE_MARKERS.get(fixture, ()))

@@ -1,0 +1,1 @@
+"""Tests of ``cleanerd/cli/``: the commands as a user runs them."""

@@ -1,0 +1,2 @@
+"""Tests of ``cleanerd/config/``: the daemon's configuration, its sources, and the examples in
+``config/``."""

@@ -1,0 +1,1 @@
+"""The deployment files: container image, systemd unit, Prometheus and Grafana."""

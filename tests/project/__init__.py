@@ -1,0 +1,1 @@
+"""Checks of the project as a whole: lint, types and layers, imports, packaging, documentation."""

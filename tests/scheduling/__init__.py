@@ -1,0 +1,1 @@
+"""Tests of ``cleanerd/scheduling/``: the cleaner manager and its metadata cache."""

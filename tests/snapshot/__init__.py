@@ -1,0 +1,1 @@
+"""Tests of ``cleanerd/snapshot/``: KIP-630 snapshots."""

@@ -1,0 +1,2 @@
+"""Tests of ``cleanerd/spark/``: each starts a SparkSession or runs spark-submit (marked
+``spark``)."""

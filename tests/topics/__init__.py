@@ -1,0 +1,1 @@
+"""Tests of ``cleanerd/topics/``: the topic settings model."""

@@ -1,0 +1,1 @@
+"""Tests of ``cleanerd/workload/``: generated logs, the live writer and their oracle."""
