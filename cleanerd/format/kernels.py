@@ -1,8 +1,8 @@
 """numba kernels over raw segment bytes: batch walk, record index, 128-bit key hash.
 
-This module is their one public name (``kernels.X``); the code lives by idea in ``walk.py``
-(batch headers), ``record_index.py`` (records and their key hashes), ``murmur.py`` and
-``pointer.py``.
+This module is their one public name (``kernels.X``, a namespace other packages' kernels use);
+the code lives by idea in ``_walk.py`` (batch headers), ``_record_index.py`` (records and their
+key hashes), ``_murmur.py`` and ``_pointer.py``.
 
 Python never touches individual records on a hot path: these kernels take a ``uint8`` numpy view
 of a buffer (usually an mmapped segment) and return int64 matrices, one row per batch or per record,

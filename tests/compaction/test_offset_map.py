@@ -22,9 +22,9 @@ from cleanerd.compaction._offset_map._map import (
 )
 from cleanerd.compaction._offset_map._table import ZERO_HASH_REMAP
 from cleanerd.compaction._strategy import compute_versions, record_versions, wins
-from cleanerd.format import Compression, Record, build_batch
+from cleanerd.format import Compression, Record, build_batch, index_batches, scan_batches
 from cleanerd.format import kernels as k
-from cleanerd.format._reader import decode_headers, index_batches, scan_batches
+from cleanerd.format._batch_view import decode_headers
 from cleanerd.topics import Strategy, StrategyConfig
 
 FUZZ = settings(max_examples=150)

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from kafka.codec import gzip_decode
 
-from cleanerd.format import build_batch
+from cleanerd.format import as_uint8, build_batch, iter_batches, scan_batches
 from cleanerd.format import kernels as k
 from cleanerd.format._codecs import JAVA_GZIP_HEADER, Compression, compress, decompress
-from cleanerd.format._reader import as_uint8, batch_payload, iter_batches, scan_batches
+from cleanerd.format._payloads import batch_payload
 
 JAVA_HEADER = bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 0, 0xFF])  # GZIPOutputStream.writeHeader
 

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cleanerd.format import Compression, Record
+from cleanerd.format import Compression, Record, index_batches, lay_out, scan_batches
 from cleanerd.format import kernels as k
 from cleanerd.format._builder import build_batch, build_empty_batch, finish_crc
-from cleanerd.format._reader import batch_payload, index_batches, lay_out, scan_batches
+from cleanerd.format._payloads import batch_payload
 from cleanerd.format.layout import ATTRIBUTES_AT
 
 Arr = np.ndarray[Any, Any]

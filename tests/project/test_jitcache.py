@@ -21,7 +21,7 @@ _SCRIPT = (
     "configure_numba_cache();"
     "from cleanerd.format._builder import build_batch;"
     "from cleanerd.format._records import Record;"
-    "from cleanerd.format._reader import scan_batches;"
+    "from cleanerd.format import scan_batches;"
     "scan_batches(build_batch([Record(0, 1, b'k', b'v')]));"
     "d = os.environ.get('NUMBA_CACHE_DIR');"
     "print(d);"

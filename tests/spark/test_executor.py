@@ -29,7 +29,7 @@ from cleanerd.spark._session import build_session
 def task(_):
     import os
     from cleanerd.format._builder import build_batch
-    from cleanerd.format._reader import scan_batches
+    from cleanerd.format import scan_batches
     from cleanerd.format._records import Record
     from cleanerd.format._walk import walk_batches
     scan_batches(build_batch([Record(0, 1, b"k", b"v")]))
