@@ -21,7 +21,7 @@ CHILD = """
 import sys, time
 from pathlib import Path
 from cleanerd.snapshot._build import create_snapshot
-from cleanerd.snapshot import format as fmt
+from cleanerd.snapshot import _format as fmt
 from cleanerd.compaction._engine import open_log
 from cleanerd.topics._model import StrategyConfig
 
