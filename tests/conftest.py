@@ -14,6 +14,7 @@ import pytest
 from hypothesis import settings
 
 from tests.support.kafka_fixtures import find_kafka_fixtures
+from tests.support.tools import require
 
 _TESTS = Path(__file__).resolve().parent
 
@@ -60,11 +61,20 @@ def kafka_fixtures() -> Path:
     return find_kafka_fixtures()
 
 
+@pytest.fixture(autouse=True)
+def _spark_needs_java(request: pytest.FixtureRequest) -> None:
+    """A test marked ``spark`` starts a JVM: without Java it fails naming the package to install
+    (pyspark's own error is a gateway exit code)."""
+    if request.node.get_closest_marker("spark") is not None:
+        require("java")
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One ``local[2]`` SparkSession for the whole run: a session takes about 10 s to start."""
     from cleanerd.spark._session import build_session  # noqa: PLC0415 (pyspark loads on use)
 
+    require("java")
     session = build_session("local[2]", app_name="cleanerd-tests")
     yield session
     session.stop()

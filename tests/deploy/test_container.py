@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from cleanerd import __version__
+from tests.support.tools import require
 
 REPO = Path(__file__).resolve().parents[2]
 BASE = "localhost/cleanerd-base:bookworm"
@@ -51,7 +52,7 @@ class Image:
     work: Path
 
     def buildah(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return _run(["buildah", *args], env=self.env, timeout=timeout)
+        return _run([require("buildah"), *args], env=self.env, timeout=timeout)
 
     def run(
         self, *argv: str, volumes: tuple[str, ...] = (), env: tuple[str, ...] = ()
@@ -102,8 +103,7 @@ def _store(work: Path) -> tuple[dict[str, str] | None, str]:
     """buildah's environment with a private store in ``work``, or None and why buildah cannot
     run here at all. overlay where the kernel allows it (no full copy of the image per
     container), else vfs (plain copies, works everywhere)."""
-    if shutil.which("buildah") is None:
-        return None, "buildah is not installed (Debian: apt-get install buildah debootstrap)"
+    require("buildah")
     if os.geteuid() != 0:
         return None, "not root: debootstrap and buildah's chroot isolation need root"
     problems = []
@@ -125,7 +125,7 @@ def _store(work: Path) -> tuple[dict[str, str] | None, str]:
         if result.returncode == 0:
             return env, driver
         problems.append(f"{driver}: {result.stderr.strip()[-300:]}")
-        _run(["buildah", "rm", "--all"], env=env)
+        _run([require("buildah"), "rm", "--all"], env=env)
         shutil.rmtree(work / "root", ignore_errors=True)
         shutil.rmtree(work / "run", ignore_errors=True)
     return None, "buildah cannot run a container here: " + "; ".join(problems)
@@ -155,8 +155,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
         print(f"test_container skipped: {driver}", file=sys.stderr)
         pytest.skip(driver)
     print(f"test_container: buildah store {driver} in {work}", file=sys.stderr)
-    if shutil.which("debootstrap") is None:
-        pytest.fail("debootstrap is not installed (.ci/run installs it)", pytrace=False)
+    require("debootstrap")
     try:
         base_log = work / "base.log"
         with base_log.open("w") as out:
@@ -170,7 +169,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
         build_log = work / "build.log"
         with build_log.open("w") as out:
             built = subprocess.run(
-                ["buildah", "bud", "--format", "docker", "--isolation", "chroot", "--pull=false",
+                [require("buildah"), "bud", "--format", "docker", "--isolation", "chroot",
+                 "--pull=false",
                  *secret, "--build-arg", f"BASE_IMAGE={BASE}",
                  "--build-arg", f"IMAGE_VERSION={__version__}", "-t", IMAGE, str(REPO)],
                 check=False, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
@@ -186,7 +186,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
         yield Image(env, container, rootfs, inspect["Docker"]["config"], work)
     finally:
         for args in (["rm", "--all"], ["rmi", "--all", "--force"]):
-            _run(["buildah", *args], env=env)
+            _run([require("buildah"), *args], env=env)
         for store in ("root", "run"):
             shutil.rmtree(work / store, ignore_errors=True)
 

@@ -19,6 +19,7 @@ from tests.support.dashboard import (
     metric_names,
     panels,
 )
+from tests.support.tools import require
 
 
 def test_metric_names_reads_selectors_only() -> None:
@@ -96,7 +97,10 @@ def test_every_query_parses_as_promql(tmp_path: Path) -> None:
     rules = tmp_path / "dashboard.rules.yml"
     rules.write_text("\n".join(lines) + "\n")
     result = subprocess.run(
-        ["promtool", "check", "rules", str(rules)], capture_output=True, text=True, check=False
+        [require("promtool"), "check", "rules", str(rules)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(queries)} rules found" in result.stdout
@@ -109,6 +113,9 @@ def test_a_broken_query_is_caught(tmp_path: Path) -> None:
         'groups:\n  - name: bad\n    rules:\n      - record: bad\n        expr: "rate(x[5m]"\n'
     )
     result = subprocess.run(
-        ["promtool", "check", "rules", str(rules)], capture_output=True, text=True, check=False
+        [require("promtool"), "check", "rules", str(rules)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode != 0

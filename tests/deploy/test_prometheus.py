@@ -27,6 +27,7 @@ from cleanerd.storage import TopicPartition
 from tests.support.dashboard import concrete_queries, documented_samples, metric_names
 from tests.support.e2e_support import HOST, DaemonProcess, free_port, sample_value, write_config
 from tests.support.polling import poll_until
+from tests.support.tools import require
 
 REPO = Path(__file__).resolve().parents[2]
 PROM = REPO / "deploy" / "prometheus"
@@ -76,7 +77,12 @@ def test_start_time_is_when_the_metrics_were_set_up() -> None:
 # --- promtool ------------------------------------------------------------------------------------
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["promtool", *args], capture_output=True, text=True, cwd=PROM, timeout=120, check=False
+        [require("promtool"), *args],
+        capture_output=True,
+        text=True,
+        cwd=PROM,
+        timeout=120,
+        check=False,
     )
 
 
@@ -109,7 +115,7 @@ def test_the_unit_tests_would_catch_a_wrong_threshold(tmp_path: Path) -> None:
     (tmp_path / RULES.name).write_text(RULES.read_text().replace("> 3600", "> 7200"))
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     result = subprocess.run(
-        ["promtool", "test", "rules", RULE_TESTS.name],
+        [require("promtool"), "test", "rules", RULE_TESTS.name],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -146,7 +152,7 @@ class Prometheus:
         self.url = f"http://{HOST}:{self.port}"
         self.log = tmp_path / "prometheus.log"
         self.args = [
-            "prometheus",
+            require("prometheus"),
             f"--config.file={config}",
             f"--storage.tsdb.path={tmp_path / 'tsdb'}",
             f"--web.listen-address={HOST}:{self.port}",

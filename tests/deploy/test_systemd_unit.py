@@ -23,6 +23,7 @@ from cleanerd.cli import COMMANDS, cli
 from cleanerd.config import CleanerdConfig, load_config
 from cleanerd.config._sources import ENV_NAMES
 from cleanerd.service._systemd import SystemdNotifier
+from tests.support.tools import require
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEMD = REPO / "deploy" / "systemd"
@@ -67,7 +68,7 @@ def _one(key: str) -> str:
 def _usec(span: str) -> int:
     """A systemd time span in microseconds, as systemd itself reads it."""
     out = subprocess.run(
-        ["systemd-analyze", "timespan", span], capture_output=True, text=True, check=True
+        [require("systemd-analyze"), "timespan", span], capture_output=True, text=True, check=True
     ).stdout
     line = next(x for x in out.splitlines() if x.strip().startswith("μs:"))
     return int(line.split(":", 1)[1])
@@ -110,7 +111,7 @@ def _verify(unit_dir: Path, cleanerd: Path) -> subprocess.CompletedProcess[str]:
         "SYSTEMD_UNIT_PATH": f"{unit_dir}:",  # the trailing ":" keeps the built-in path too
     }
     return subprocess.run(
-        ["systemd-analyze", "verify", "--man=no", str(copy)],
+        [require("systemd-analyze"), "verify", "--man=no", str(copy)],
         capture_output=True,
         text=True,
         env=env,

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.tools import require
+
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534
 WARNING = "no writable numba cache dir"
@@ -32,7 +34,7 @@ def _as_nobody(*cmd: str) -> list[str]:
     """``cmd`` run as nobody:nogroup with no supplementary groups (the tests run as root on CI)."""
     if os.geteuid() == 0:
         prefix = [f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-        return ["setpriv", *prefix, *cmd]
+        return [require("setpriv"), *prefix, *cmd]
     return list(cmd)  # already unprivileged: the read-only venv is read-only for us too
 
 

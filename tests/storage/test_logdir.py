@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ from cleanerd.storage import (
 )
 from cleanerd.storage import TopicPartition as TP
 from cleanerd.storage._errors import LogDirLockedError, StorageError
+from tests.support.tools import require
 
 UUID_HEX = "0123456789abcdef0123456789abcdef"
 
@@ -286,8 +286,7 @@ def test_unopenable_lock_file_is_a_storage_error(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def java_locker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("java") is None:
-        pytest.skip("java not installed: cannot check against a real FileChannel.tryLock holder")
+    require("java")  # a real FileChannel.tryLock holder
     source = tmp_path_factory.mktemp("java") / "Locker.java"
     source.write_text(JAVA_LOCKER)
     return source
@@ -296,13 +295,16 @@ def java_locker(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_real_java_filechannel_lock_is_refused(tmp_path: Path, java_locker: Path) -> None:
     logdir = LogDir(tmp_path)
-    with _locker(["java", str(java_locker), str(tmp_path)]) as (line, _proc):
+    with _locker([require("java"), str(java_locker), str(tmp_path)]) as (line, _proc):
         assert line.startswith("LOCKED "), line
         java_pid = int(line.split()[1])
         with pytest.raises(LogDirLockedError, match=f"process {java_pid}"):
             logdir.lock()
     # And the other way round: a broker starting now would see the dir as taken.
-    with logdir.locked(), _locker(["java", str(java_locker), str(tmp_path)]) as (line, _proc):
+    with (
+        logdir.locked(),
+        _locker([require("java"), str(java_locker), str(tmp_path)]) as (line, _proc),
+    ):
         assert line == "BUSY"
 
 

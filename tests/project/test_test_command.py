@@ -1,0 +1,105 @@
+"""The README's test command works on a fresh machine: it installs what the tests drive, CI runs
+exactly it, and a test whose outside program is missing says which package to install."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support.tools import debian_packages, require
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _readme_command(number: int) -> str:
+    """The command under ``# N.`` in the README's Quick start block (its comment may wrap)."""
+    block = re.search(r"```sh\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    assert block is not None
+    lines = block.group(1).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"# {number}."))
+    return next(line for line in lines[start + 1 :] if not line.startswith("#"))
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    command = _readme_command(2)
+    assert command == "tests/run"
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert command in ci  # a line of its own: nothing added before or after it
+
+
+def test_a_missing_program_fails_its_test_naming_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(pytest.fail.Exception) as failed:
+        require("promtool")
+    assert "promtool is not installed: apt-get install prometheus" in str(failed.value)
+    tool = tmp_path / "promtool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    assert require("promtool") == str(tool)
+
+
+def test_no_test_runs_an_outside_program_without_the_guard() -> None:
+    """A program named by a string literal as the first item of an argument list bypasses
+    ``require`` and fails with a raw FileNotFoundError where it is missing."""
+    programs = "|".join(re.escape(p) for p in debian_packages())
+    literal = re.compile(rf"""\[\s*["']({programs})["']\s*,""")
+    offenders = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in sorted((REPO / "tests").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if literal.search(line)
+    ]
+    assert offenders == []
+
+
+def test_the_test_command_installs_the_packages_of_missing_programs(tmp_path: Path) -> None:
+    """``tests/run --packages`` with every listed program missing and a recording apt-get: it
+    installs each package once (through sudo when not root), and nothing when all are there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    for name in ("apt-get", "sudo"):
+        fake = bin_dir / name
+        then = 'exec "$@"' if name == "sudo" else "true"  # sudo runs the rest
+        fake.write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{then}\n')
+        fake.chmod(0o755)
+    for name in ("bash", "dirname", "id", "sort", "tr", "cat"):
+        found = subprocess.run(["which", name], capture_output=True, text=True, check=True)
+        (bin_dir / name).symlink_to(found.stdout.strip())
+    env = {**os.environ, "PATH": str(bin_dir)}
+    result = subprocess.run(
+        [str(bin_dir / "bash"), str(REPO / "tests" / "run"), "--packages"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    installs = [
+        line for line in calls.read_text().splitlines() if line.startswith("apt-get install")
+    ]
+    assert len(installs) == 1
+    wanted = sorted(set(debian_packages().values()))
+    assert sorted(installs[0].split("--no-install-recommends")[1].split()) == wanted
+
+    for program in debian_packages():  # now every program is there: nothing is installed
+        fake = bin_dir / program
+        if not fake.exists():
+            fake.write_text("#!/bin/sh\n")
+            fake.chmod(0o755)
+    calls.unlink()
+    again = subprocess.run(
+        [str(bin_dir / "bash"), str(REPO / "tests" / "run"), "--packages"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert again.returncode == 0, again.stderr
+    assert not calls.exists()
