@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -36,7 +37,7 @@ from rich.text import Text
 from cleanerd.cli._config import load_from_options
 from cleanerd.cli._tables import iec_size
 from cleanerd.compaction import compact_directory, compile_clock
-from cleanerd.config import LoadedConfig, join_listen, load_config
+from cleanerd.config import LoadedConfig, join_listen, load_config, parse_listen
 from cleanerd.service import Daemon, DaemonStatus, StartupError, configure_logging, run_async
 from cleanerd.storage import LOCK_FILE, LogDir, StorageError, wall_clock_ms
 from cleanerd.workload import LiveWriter, check_survivors
@@ -140,10 +141,15 @@ def _progress(status: DaemonStatus, writer: LiveWriter, started: float) -> str:
     )
 
 
-async def _show(daemon: Daemon, writer: LiveWriter, url: str, started: float) -> None:
+async def _show(daemon: Daemon, writer: LiveWriter, started: float) -> None:
     """The live table on a terminal; else a line at once and one every few seconds (the table
     comes at the end: ``_final_table``). A closed stdout (``| head``) ends the showing, never
-    the demo: its duration is timed apart."""
+    the demo: its duration is timed apart. Starts once the HTTP port is bound, so the address
+    shown is the one the daemon took."""
+    if daemon.loaded.config.http_host is not None:
+        while daemon.http is None:  # bound early in start-up, before the daemon is ready
+            await asyncio.sleep(0.05)
+    url = _url(daemon)
     console = Console()
     try:
         if console.is_terminal:
@@ -159,14 +165,14 @@ async def _show(daemon: Daemon, writer: LiveWriter, url: str, started: float) ->
         return
 
 
-def _final_table(daemon: Daemon, writer: LiveWriter, url: str, started: float) -> None:
+def _final_table(daemon: Daemon, writer: LiveWriter, started: float) -> None:
     """The table once, when stdout is not a terminal, with room for its columns (not the 80 of
     an unknown width)."""
     console = Console()
     if not console.is_terminal:
         with contextlib.suppress(OSError):
             Console(width=max(console.width, 140)).print(
-                _table(daemon.status(), url, writer, started)
+                _table(daemon.status(), _url(daemon), writer, started)
             )
 
 
@@ -186,14 +192,18 @@ def _final_table(daemon: Daemon, writer: LiveWriter, url: str, started: float) -
 )
 @click.option(
     "--listen",
-    default="127.0.0.1:9404",
+    default="127.0.0.1:0",
     show_default=True,
-    help="HTTP address for /metrics and /status.",
+    help="HTTP address for /metrics and /status; port 0 takes a free one (the demo prints it).",
 )
 def demo(directory: Path, duration: float | None, rate: float, listen: str) -> None:
     """Run the daemon on a fresh demo log dir (DIRECTORY, default ./demo-data) fed by a writer
     of updates and deletes, and show its partitions live."""
     directory = directory.absolute()
+    problem = _listen_problem(listen)
+    if problem is not None:  # before anything is written: a taken port leaves no half demo
+        click.echo(f"error: {problem}", err=True)
+        raise SystemExit(1)
     try:
         lock = _prepare(directory)
     except StorageError as e:
@@ -207,6 +217,35 @@ def demo(directory: Path, duration: float | None, rate: float, listen: str) -> N
         raise SystemExit(1) from None
     finally:
         lock.unlock()
+
+
+def _listen_problem(listen: str) -> str | None:
+    """Why the daemon could not listen on ``listen``, found by binding it once; None if it can."""
+    try:
+        host, port = parse_listen(listen)
+    except ValueError as e:
+        return f"--listen {listen}: {e}"
+    if host is None or port == 0:
+        return None  # off, or any free port
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the daemon binds
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            return (
+                f"cannot listen on {listen}: {e.strerror}; choose another --listen"
+                " (127.0.0.1:0 takes a free port)"
+            )
+    return None
+
+
+def _url(daemon: Daemon) -> str:
+    """The daemon's HTTP address as bound (port 0 resolved); the config's until it is bound."""
+    c = daemon.loaded.config
+    if daemon.http is not None:
+        return f"http://{join_listen(daemon.http.host, daemon.http.port)}"
+    return f"http://{join_listen(c.http_host or '127.0.0.1', c.http_port)}"
 
 
 def _run_demo(
@@ -231,19 +270,17 @@ def _run_demo(
     async def main() -> int:
         daemon = Daemon(loaded, reload, held=(lock,))
         writer.start()
-        c = loaded.config
-        url = f"http://{join_listen(c.http_host or '127.0.0.1', c.http_port)}"
         started = time.monotonic()
         if duration is not None:
             loop = asyncio.get_running_loop()
             loop.call_later(duration, daemon.request_stop, "demo duration reached")
-        shower = asyncio.create_task(_show(daemon, writer, url, started))
+        shower = asyncio.create_task(_show(daemon, writer, started))
         try:
             return await daemon.run()
         finally:
             shower.cancel()
             writer.stop()
-            _final_table(daemon, writer, url, started)
+            _final_table(daemon, writer, started)
 
     try:
         code = run_async(main)

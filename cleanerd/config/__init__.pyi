@@ -40,6 +40,7 @@ from ._settings import (
     restart_only as restart_only,
 )
 from ._sources import join_listen as join_listen
+from ._sources import parse_listen as parse_listen
 from ._sources import topic_key as topic_key
 from ._warnings import (
     config_warnings as config_warnings,
