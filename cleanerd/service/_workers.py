@@ -327,14 +327,23 @@ class WorkerPool:
             last_clean_seconds=result.seconds,
         )
         self.on_cleaned(result)
-        fields = stats.summary(grab.tp, result.first_dirty_offset, result.end_offset)
-        if result.plan is None:
-            fields["map_bytes"] = grab.map_bytes
+        if result.end_offset <= result.first_dirty_offset and not result.segments_deleted:
+            # asked for (``ctl clean``) on a log with no dirty range: nothing was read or written
+            bound.info(
+                "nothing to clean",
+                requested=grab.requested,
+                first_dirty_offset=result.first_dirty_offset,
+                end_offset=result.end_offset,
+            )
         else:
-            fields["plan"] = result.plan
-        if result.segments_deleted:
-            fields["retention_segments_deleted"] = result.segments_deleted
-        bound.info("log cleaned", **fields)
+            fields = stats.summary(grab.tp, result.first_dirty_offset, result.end_offset)
+            if result.plan is None:
+                fields["map_bytes"] = grab.map_bytes
+            else:
+                fields["plan"] = result.plan
+            if result.segments_deleted:
+                fields["retention_segments_deleted"] = result.segments_deleted
+            bound.info("log cleaned", **fields)
         for problem in stats.txn_index_problems:
             bound.warning("transaction index rebuilt from the ABORT markers", problem=problem)
         if stats.invalid_messages_read:

@@ -266,3 +266,32 @@ async def test_a_crashed_worker_is_logged_with_its_error_and_restarted(
         (0, "RuntimeError: grab bug", 1)
     ]
     assert pool.restarts == 1
+
+
+@pytest.mark.asyncio
+async def test_a_requested_clean_with_nothing_dirty_says_so(tmp_path: Path) -> None:
+    """``cleanerd ctl clean`` on a log already clean: the cleaning runs (it was asked for) and
+    logs "nothing to clean" with its range, never a "log cleaned" of 0 bytes."""
+    _log(tmp_path, "a", [OLD, OLD, RECENT])
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    cleaned: list[TopicPartition] = []
+    tp = TopicPartition("a", 0)
+    async with asyncio.TaskGroup() as group:
+        pool, _ = _pool(manager, cleaned, group)
+        pool.survey_started()
+        manager.apply(manager.scan())
+        pool.resize(1)
+        try:
+            await until(lambda: len(cleaned) == 1)  # the first cleaning cleans it all
+            pool.survey_started()
+            manager.apply(manager.scan())
+            with structlog.testing.capture_logs() as logs:
+                manager.request_clean(tp)
+                pool.wake()
+                await until(lambda: len(cleaned) == 2)
+        finally:
+            assert await pool.stop(10.0)
+    events = [e for e in logs if e.get("partition") == str(tp)]
+    assert [e["event"] for e in events] == ["nothing to clean"], events
+    assert events[0]["requested"] is True
+    assert events[0]["first_dirty_offset"] == events[0]["end_offset"]
