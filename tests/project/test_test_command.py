@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -58,48 +59,50 @@ def test_no_test_runs_an_outside_program_without_the_guard() -> None:
     assert offenders == []
 
 
-def test_the_test_command_installs_the_packages_of_missing_programs(tmp_path: Path) -> None:
-    """``tests/run --packages`` with every listed program missing and a recording apt-get: it
-    installs each package once (through sudo when not root), and nothing when all are there."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls"
-    for name in ("apt-get", "sudo"):
-        fake = bin_dir / name
-        then = 'exec "$@"' if name == "sudo" else "true"  # sudo runs the rest
-        fake.write_text(f'#!/bin/bash\necho "{name} $*" >> {calls}\n{then}\n')
-        fake.chmod(0o755)
-    for name in ("bash", "dirname", "id", "sort", "tr", "cat"):
-        found = subprocess.run(["which", name], capture_output=True, text=True, check=True)
-        (bin_dir / name).symlink_to(found.stdout.strip())
-    env = {**os.environ, "PATH": str(bin_dir)}
-    result = subprocess.run(
+def _packages_step(bin_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``tests/run --packages`` with only ``bin_dir`` on PATH."""
+    return subprocess.run(
         [str(bin_dir / "bash"), str(REPO / "tests" / "run"), "--packages"],
-        env=env,
+        env={**os.environ, "PATH": str(bin_dir)},
         capture_output=True,
         text=True,
         check=False,
     )
+
+
+def _script(path: Path, body: str) -> None:
+    path.write_text(f"#!/bin/bash\n{body}\n")
+    path.chmod(0o755)
+
+
+def test_the_test_command_installs_the_packages_of_missing_programs(tmp_path: Path) -> None:
+    """``tests/run --packages`` as a user who is not root, with every listed program missing
+    and a recording sudo and apt-get: it installs each package once, through sudo; nothing
+    when all are there."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    _script(bin_dir / "sudo", f'echo "sudo $*" >> {calls}\nexec "$@"')
+    _script(bin_dir / "apt-get", f'echo "apt-get $*" >> {calls}')
+    _script(bin_dir / "id", "echo 1000")  # not root
+    for name in ("bash", "dirname", "sort", "tr", "cat"):
+        found = shutil.which(name)
+        assert found is not None
+        (bin_dir / name).symlink_to(found)
+
+    result = _packages_step(bin_dir)
     assert result.returncode == 0, result.stderr
-    installs = [
-        line for line in calls.read_text().splitlines() if line.startswith("apt-get install")
-    ]
+    lines = calls.read_text().splitlines()
+    installs = [line for line in lines if line.startswith("sudo apt-get install")]
     assert len(installs) == 1
+    assert "sudo apt-get update -q" in lines
     wanted = sorted(set(debian_packages().values()))
     assert sorted(installs[0].split("--no-install-recommends")[1].split()) == wanted
 
     for program in debian_packages():  # now every program is there: nothing is installed
-        fake = bin_dir / program
-        if not fake.exists():
-            fake.write_text("#!/bin/sh\n")
-            fake.chmod(0o755)
+        if not (bin_dir / program).exists():
+            _script(bin_dir / program, "true")
     calls.unlink()
-    again = subprocess.run(
-        [str(bin_dir / "bash"), str(REPO / "tests" / "run"), "--packages"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    again = _packages_step(bin_dir)
     assert again.returncode == 0, again.stderr
     assert not calls.exists()
