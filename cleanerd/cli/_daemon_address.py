@@ -9,13 +9,11 @@ on the config's log dirs, else the config's address.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 from pathlib import Path
 
-from cleanerd.config import join_listen
 from cleanerd.service import Daemon
 
 ADDRESS_FILE = ".cleanerd-http.json"
@@ -25,14 +23,10 @@ ADDRESS_FILE = ".cleanerd-http.json"
 async def record_address(daemon: Daemon) -> None:
     """Once the daemon's HTTP port is bound, record its address for ``ctl`` (see the module
     doc). Best effort: a log dir that cannot take the file leaves ``ctl`` the config's address."""
-    if daemon.loaded.config.http_host is None:
+    url = await daemon.http_url()
+    if url is None:
         return  # cleanerd.http.listen = off: nothing to record
-    while daemon.http is None:  # bound early in start-up, before the daemon is ready
-        await asyncio.sleep(0.05)
-    record = {
-        "pid": os.getpid(),
-        "url": f"http://{join_listen(daemon.http.host, daemon.http.port)}",
-    }
+    record = {"pid": os.getpid(), "url": url}
     for directory in daemon.loaded.config.log_dirs:
         tmp = directory / f"{ADDRESS_FILE}.tmp"
         with contextlib.suppress(OSError):

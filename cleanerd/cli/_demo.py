@@ -37,7 +37,7 @@ from rich.text import Text
 from cleanerd.cli._config import load_from_options
 from cleanerd.cli._tables import iec_size
 from cleanerd.compaction import compact_directory, compile_clock
-from cleanerd.config import LoadedConfig, join_listen, load_config, parse_listen
+from cleanerd.config import CleanerdConfig, LoadedConfig, join_listen, load_config, parse_listen
 from cleanerd.service import Daemon, DaemonStatus, StartupError, configure_logging, run_async
 from cleanerd.storage import LOCK_FILE, LogDir, StorageError, wall_clock_ms
 from cleanerd.workload import LiveWriter, check_survivors
@@ -146,10 +146,7 @@ async def _show(daemon: Daemon, writer: LiveWriter, started: float) -> None:
     comes at the end: ``_final_table``). A closed stdout (``| head``) ends the showing, never
     the demo: its duration is timed apart. Starts once the HTTP port is bound, so the address
     shown is the one the daemon took."""
-    if daemon.loaded.config.http_host is not None:
-        while daemon.http is None:  # bound early in start-up, before the daemon is ready
-            await asyncio.sleep(0.05)
-    url = _url(daemon)
+    url = await daemon.http_url() or _url(daemon.loaded.config)
     console = Console()
     try:
         if console.is_terminal:
@@ -172,7 +169,9 @@ def _final_table(daemon: Daemon, writer: LiveWriter, started: float) -> None:
     if not console.is_terminal:
         with contextlib.suppress(OSError):
             Console(width=max(console.width, 140)).print(
-                _table(daemon.status(), _url(daemon), writer, started)
+                _table(
+                    daemon.status(), daemon.bound_url or _url(daemon.loaded.config), writer, started
+                )
             )
 
 
@@ -240,12 +239,9 @@ def _listen_problem(listen: str) -> str | None:
     return None
 
 
-def _url(daemon: Daemon) -> str:
-    """The daemon's HTTP address as bound (port 0 resolved); the config's until it is bound."""
-    c = daemon.loaded.config
-    if daemon.http is not None:
-        return f"http://{join_listen(daemon.http.host, daemon.http.port)}"
-    return f"http://{join_listen(c.http_host or '127.0.0.1', c.http_port)}"
+def _url(config: CleanerdConfig) -> str:
+    """The configured HTTP address, for when the daemon bound none (off, or it failed first)."""
+    return f"http://{join_listen(config.http_host or '127.0.0.1', config.http_port)}"
 
 
 def _run_demo(

@@ -35,7 +35,7 @@ from types import FrameType
 from typing import Any, NoReturn
 
 from cleanerd.compaction import Throttler
-from cleanerd.config import ConfigError, LoadedConfig
+from cleanerd.config import ConfigError, LoadedConfig, join_listen
 from cleanerd.scheduling import CleanerManager, CleaningTotals, PartitionStatus, RetryPolicy, Survey
 from cleanerd.service._announce import log_listening, log_ready, status_line
 from cleanerd.service._budget import DedupeBudget
@@ -109,6 +109,7 @@ class Daemon:
         self.spark = SparkEngine.of(c)  # None: every partition is cleaned locally
         self.pool: WorkerPool | None = None
         self.http: HttpServer | None = None
+        self._http_bound = asyncio.Event()  # set once self.http listens
         self.ready = False
         self.stopping = False
         self.last_cycle = time.monotonic()
@@ -237,7 +238,23 @@ class Daemon:
                 f"cannot listen on {c.http_host}:{c.http_port} "
                 f"(cleanerd.http.listen): {e.strerror or e}"
             ) from None
+        self._http_bound.set()
         log_listening(c)
+
+    @property
+    def bound_url(self) -> str | None:
+        """``http://host:port`` as bound (port 0 resolved); None until bound, or when off."""
+        if self.http is None:
+            return None
+        return f"http://{join_listen(self.http.host, self.http.port)}"
+
+    async def http_url(self) -> str | None:
+        """``bound_url`` once the port is bound (early in start-up, before the daemon is
+        ready); None at once when ``cleanerd.http.listen`` is off."""
+        if self.loaded.config.http_host is None:
+            return None
+        await self._http_bound.wait()
+        return self.bound_url
 
     def _access(self) -> Access:
         """The HTTP access rules of the current config (a reload applies at the next request)."""
