@@ -271,16 +271,10 @@ def one_job_group(sc: SparkContext) -> Iterator[None]:
     ``DRAIN_TIMEOUT_S``.
     """
     group = sc.getLocalProperty("spark.jobGroup.id")
-    if group is not None:
-        try:
-            yield
-        except BaseException:
-            sc.cancelJobGroup(group)
-            _drain(sc, group)
-            raise
-        return
-    group = f"cleanerd-{uuid.uuid4().hex}"
-    sc.setJobGroup(group, "cleanerd plan B", interruptOnCancel=True)
+    own = group is None
+    if group is None:
+        group = f"cleanerd-{uuid.uuid4().hex}"
+        sc.setJobGroup(group, "cleanerd plan B", interruptOnCancel=True)
     try:
         yield
     except BaseException:
@@ -288,8 +282,9 @@ def one_job_group(sc: SparkContext) -> Iterator[None]:
         _drain(sc, group)
         raise
     finally:
-        for key in _GROUP_PROPERTIES:
-            sc.setLocalProperty(key, None)  # type: ignore[arg-type] # None unsets it
+        if own:
+            for key in _GROUP_PROPERTIES:
+                sc.setLocalProperty(key, None)  # type: ignore[arg-type] # None unsets it
 
 
 def _drain(sc: SparkContext, group: str) -> None:
