@@ -129,9 +129,6 @@ from ._scan import (
 from ._scan import (
     scan_batches as scan_batches,
 )
-from ._scan import (
-    scan_batches_checked as scan_batches_checked,
-)
 from .layout import HEADER_SIZE as HEADER_SIZE
 from .layout import LOG_OVERHEAD as LOG_OVERHEAD
 from .layout import MAGIC_V2 as MAGIC_V2

@@ -176,28 +176,3 @@ def first_crc_mismatch(arr: U8, batches: I64, stop: int) -> int:
 
 def _last_offset(batches: I64, default: int) -> int:
     return int(batches[-1, k.B_LAST_OFFSET]) if batches.shape[0] else default
-
-
-def scan_batches_checked(
-    arr: U8, start: int, end: int, path: str, check_crc: bool, prev: int
-) -> BatchScan:
-    """``scan_batches``, with the CRC32C check done by ``crc.first_bad_crc`` where it can be.
-
-    The walk runs without CRCs; if every CRC of the batches it found matches, that is the
-    result ``scan_batches`` gives with CRCs. On a mismatch the scan is redone with the reader's
-    own check, which finds the same batch and words the error.
-    """
-    fast = check_crc and crc.AVAILABLE
-    scan = scan_batches(
-        arr,
-        start=start,
-        end=end,
-        path=path,
-        check_crc=check_crc and not fast,
-        prev_last_offset=prev,
-    )
-    if fast and len(scan) and crc.first_bad_crc(arr, scan.batches) >= 0:
-        scan = scan_batches(
-            arr, start=start, end=end, path=path, check_crc=True, prev_last_offset=prev
-        )
-    return scan

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from cleanerd.format import I64, U8, CorruptRecordError, scan_batches_checked
+from cleanerd.format import I64, U8, CorruptRecordError, scan_batches
 from cleanerd.format import kernels as k
 from cleanerd.format import layout as at
 
@@ -50,11 +50,15 @@ def iter_chunks(
     prev = prev_last_offset
     while pos < size:
         end = min(size, pos + step)
-        scan = scan_batches_checked(arr, pos, end, path, check_crc, prev)
+        scan = scan_batches(
+            arr, start=pos, end=end, path=path, check_crc=check_crc, prev_last_offset=prev
+        )
         if len(scan) == 0 and end < size:
             # one batch larger than the chunk, or a real problem: scan exactly that batch
             whole = _batch_extent(arr, pos, size)
-            scan = scan_batches_checked(arr, pos, whole, path, check_crc, prev)
+            scan = scan_batches(
+                arr, start=pos, end=whole, path=path, check_crc=check_crc, prev_last_offset=prev
+            )
         if len(scan):
             yield scan.batches
             prev = int(scan.batches[-1, k.B_LAST_OFFSET])
