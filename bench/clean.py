@@ -65,8 +65,14 @@ import numpy as np  # noqa: E402
 from _facts import emit  # noqa: E402
 
 from cleanerd.compaction import Cleaner, OffsetMap, clean_once, plan_log, slot_bytes  # noqa: E402
-from cleanerd.format import Compression, Record, build_batch, index_batches, scan_batches  # noqa: E402
-from cleanerd.format import kernels as k  # noqa: E402
+from cleanerd.format import (  # noqa: E402
+    Compression,
+    Record,
+    build_batch,
+    index_batches,
+    kernels as k,
+    scan_batches,
+)
 from cleanerd.storage import PartitionLog  # noqa: E402
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig  # noqa: E402
 

@@ -62,10 +62,10 @@ from cleanerd.format import (  # noqa: E402
     first_bad_crc_each,
     index_and_hash,
     index_batches,
+    kernels as k,
     lay_out,
     scan_batches,
 )
-from cleanerd.format import kernels as k  # noqa: E402
 
 GENERATOR_VERSION = 1  # bump when the generated data changes, so old caches are not reused
 BASE_TIMESTAMP = 1_763_769_600_000  # 2025-11-22T00:00:00Z, one record per millisecond after it

@@ -33,13 +33,13 @@ from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
+    Progress as RichProgress,
     ProgressColumn,
     SpinnerColumn,
     Task,
     TextColumn,
     TimeElapsedColumn,
 )
-from rich.progress import Progress as RichProgress
 from rich.table import Table
 from rich.text import Text
 

@@ -24,12 +24,12 @@ from cleanerd.format import (
     U64,
     ControlType,
     CorruptRecordError,
+    index_and_hash as index_and_hash_batches,
     index_batches,
+    kernels as k,
     lay_out,
     parse_control_key,
 )
-from cleanerd.format import index_and_hash as index_and_hash_batches
-from cleanerd.format import kernels as k
 from cleanerd.storage import LogSegment, ProducerState, iter_chunks
 
 Bools = npt.NDArray[np.bool_]

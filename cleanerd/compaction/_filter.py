@@ -45,9 +45,15 @@ from cleanerd.compaction._offset_map._table import normalize, retains
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._strategy import compute_versions
 from cleanerd.compaction._transactions import CleanedTransactionMetadata, LastRecord
-from cleanerd.format import ATTR_DELETE_HORIZON, I64, LONG_MAX, U8, index_batches
-from cleanerd.format import data_ptr as _data_ptr
-from cleanerd.format import kernels as k
+from cleanerd.format import (
+    ATTR_DELETE_HORIZON,
+    I64,
+    LONG_MAX,
+    U8,
+    data_ptr as _data_ptr,
+    index_batches,
+    kernels as k,
+)
 from cleanerd.topics import StrategyConfig
 
 Arr = npt.NDArray[Any]

@@ -15,9 +15,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cleanerd.compaction._cleaning_plan import SegmentMeta
-from cleanerd.format import ATTR_TRANSACTIONAL, I64, U8, CorruptRecordError, scan_batches
-from cleanerd.format import kernels as k
-from cleanerd.format import layout as at
+from cleanerd.format import (
+    ATTR_TRANSACTIONAL,
+    I64,
+    U8,
+    CorruptRecordError,
+    kernels as k,
+    layout as at,
+    scan_batches,
+)
 from cleanerd.storage import view_regular
 
 

@@ -32,8 +32,8 @@ from cleanerd.format import (
     NO_PRODUCER_ID,
     BatchHeader,
     ControlType,
+    kernels as k,
 )
-from cleanerd.format import kernels as k
 from cleanerd.storage import AbortedTxn, ProducerEntry, ProducerState, TransactionIndex
 
 LastRecord = tuple[int | None, int]

@@ -8,10 +8,12 @@ from dataclasses import dataclass, replace
 from cleanerd.format._codecs import Compression
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._limits import INT_MAX
-from cleanerd.format.layout import CRC_START as CRC_START  # noqa: PLC0414
-from cleanerd.format.layout import HEADER_SIZE as HEADER_SIZE  # noqa: PLC0414
-from cleanerd.format.layout import LOG_OVERHEAD as LOG_OVERHEAD  # noqa: PLC0414
-from cleanerd.format.layout import MAGIC_V2 as MAGIC_V2  # noqa: PLC0414
+from cleanerd.format.layout import (
+    CRC_START as CRC_START,  # noqa: PLC0414
+    HEADER_SIZE as HEADER_SIZE,  # noqa: PLC0414
+    LOG_OVERHEAD as LOG_OVERHEAD,  # noqa: PLC0414
+    MAGIC_V2 as MAGIC_V2,  # noqa: PLC0414
+)
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1

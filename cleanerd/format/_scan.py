@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cleanerd.format import _crc as crc
-from cleanerd.format import kernels as k
+from cleanerd.format import _crc as crc, kernels as k
 from cleanerd.format._crc import crc_reason
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_CODEC_MASK, BatchHeader

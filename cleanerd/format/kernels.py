@@ -52,6 +52,7 @@ from cleanerd.format._record_index import (
     REC_OUT_OF_BOUNDS,
     REC_VARINT_TOO_LONG,
     RECORD_COLUMNS,
+    _varint as _record_varint,
     bad_counts,
     hash_keys,
     hash_keys_into,
@@ -59,7 +60,6 @@ from cleanerd.format._record_index import (
     index_records,
     index_records_into,
 )
-from cleanerd.format._record_index import _varint as _record_varint
 from cleanerd.format._walk import (
     B_ATTRIBUTES,
     B_BASE_OFFSET,

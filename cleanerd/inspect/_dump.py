@@ -28,10 +28,10 @@ from cleanerd.format import (
     EndTransactionMarker,
     Record,
     RecordBatch,
+    kernels as k,
     parse_control_key,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.inspect._files import FileKind, segment_logs
 from cleanerd.inspect._segment_checks import check_segment
 from cleanerd.storage import (

@@ -20,8 +20,8 @@ from cleanerd.storage import (
     TXN_INDEX_SUFFIX,
     parse_base_offset,
     parse_partition_dir_name,
+    segment_logs as segment_files,
 )
-from cleanerd.storage import segment_logs as segment_files
 
 _TEMP_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 _CHECKPOINT_NAMES = (*OFFSET_CHECKPOINTS, LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA)

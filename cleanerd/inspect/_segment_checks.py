@@ -23,10 +23,10 @@ from cleanerd.format import (
     EndTransactionMarker,
     RecordBatch,
     index_batches,
+    kernels as k,
     parse_control_key,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.storage import CorruptIndexError, LogSegment, map_readonly
 from cleanerd.topics import LogConfig
 

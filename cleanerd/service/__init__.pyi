@@ -1,9 +1,7 @@
 """The front door of ``cleanerd.service``: what other packages may use (see __init__.py)."""
 
-from ._daemon import Daemon as Daemon
-from ._daemon import StartupError as StartupError
+from ._daemon import Daemon as Daemon, StartupError as StartupError
 from ._logging import configure_logging as configure_logging
 from ._runner import run_async as run_async
-from ._snapshot_fetch import FetchError as FetchError
-from ._snapshot_fetch import fetch_snapshot as fetch_snapshot
+from ._snapshot_fetch import FetchError as FetchError, fetch_snapshot as fetch_snapshot
 from ._status import DaemonStatus as DaemonStatus

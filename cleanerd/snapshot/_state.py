@@ -28,8 +28,14 @@ from cleanerd.compaction import (
     slot_bytes,
     transaction_verdicts,
 )
-from cleanerd.format import ATTR_CONTROL, CorruptRecordError, Record, as_uint8, records_from_index
-from cleanerd.format import kernels as k
+from cleanerd.format import (
+    ATTR_CONTROL,
+    CorruptRecordError,
+    Record,
+    as_uint8,
+    kernels as k,
+    records_from_index,
+)
 from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
 from cleanerd.topics import StrategyConfig
 

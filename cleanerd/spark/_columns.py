@@ -23,8 +23,8 @@ from cleanerd.format import (
     I64,
     U8,
     ControlType,
+    kernels as k,
 )
-from cleanerd.format import kernels as k
 
 Arr = npt.NDArray[Any]
 

@@ -26,11 +26,11 @@ from cleanerd.format import (
     CorruptRecordError,
     EndTransactionMarker,
     index_batches,
+    kernels as k,
     limit_decompression,
     parse_control_key,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.spark._bounds import NO_TIMESTAMP, Bounds
 from cleanerd.spark._columns import CONTROL_CODE, record_batch
 from cleanerd.spark._read_ranges import SegmentRange, Txns

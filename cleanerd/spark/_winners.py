@@ -34,8 +34,7 @@ from cleanerd.compaction import (
     index_and_hash,
     transaction_verdicts,
 )
-from cleanerd.format import kernels as k
-from cleanerd.format import limit_decompression
+from cleanerd.format import kernels as k, limit_decompression
 from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
 from cleanerd.topics import LogConfig, StrategyConfig
 

@@ -13,9 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from cleanerd.format import I64, U8, CorruptRecordError, scan_batches
-from cleanerd.format import kernels as k
-from cleanerd.format import layout as at
+from cleanerd.format import I64, U8, CorruptRecordError, kernels as k, layout as at, scan_batches
 
 CHUNK_BYTES = 4 << 20
 """Batch bytes handled per step of a pass; a batch larger than this is one chunk on its own."""

@@ -30,11 +30,11 @@ from cleanerd.format import (
     RecordBatch,
     build_batch,
     build_end_txn_marker,
+    kernels as k,
+    layout as at,
     scan_batches,
     set_base_offset,
 )
-from cleanerd.format import kernels as k
-from cleanerd.format import layout as at
 from cleanerd.storage import _txn_check as txn_check
 from cleanerd.storage._checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,

@@ -23,9 +23,9 @@ from cleanerd.format import (
     ControlType,
     EndTransactionMarker,
     RecordBatch,
+    kernels as k,
     parse_control_key,
 )
-from cleanerd.format import kernels as k
 from cleanerd.storage._segment import FileKey, LogSegment
 from cleanerd.storage._txnindex import AbortedTxn
 

@@ -13,9 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanerd.format import INT_MAX, LONG_MAX, U8, BatchHeader, BatchScan, scan_batches
-from cleanerd.format import kernels as k
-from cleanerd.format import layout as at
+from cleanerd.format import (
+    INT_MAX,
+    LONG_MAX,
+    U8,
+    BatchHeader,
+    BatchScan,
+    kernels as k,
+    layout as at,
+    scan_batches,
+)
 from cleanerd.storage._errors import CorruptIndexError, OffsetOutOfRangeError, StorageError
 from cleanerd.storage._files import (
     INDEX_SUFFIX,

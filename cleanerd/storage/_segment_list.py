@@ -21,8 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cleanerd.format import CorruptRecordError
-from cleanerd.format import kernels as k
+from cleanerd.format import CorruptRecordError, kernels as k
 from cleanerd.storage._chunks import iter_chunks
 from cleanerd.storage._errors import CorruptIndexError
 from cleanerd.storage._regular import segment_logs

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cleanerd.format import LONG_MAX
-from cleanerd.format import kernels as k
+from cleanerd.format import LONG_MAX, kernels as k
 from cleanerd.storage._segment import LogSegment
 
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
-from cleanerd.format import INT_MAX, BatchScan, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import INT_MAX, BatchScan, kernels as k, scan_batches
 from cleanerd.storage._checkpoints import fsync_dir
 from cleanerd.storage._errors import StorageError, UnsafeSwapError
 from cleanerd.storage._files import (

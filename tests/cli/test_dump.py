@@ -22,8 +22,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli._dump import dump
-from cleanerd.format import Compression, Record, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import Compression, Record, kernels as k, scan_batches
 from cleanerd.format._builder import build_batch, finish_crc
 from cleanerd.storage import (
     AbortedTxn,

@@ -19,8 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli._verify import verify
-from cleanerd.format import Compression, Record, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import Compression, Record, kernels as k, scan_batches
 from cleanerd.format._builder import finish_crc
 from cleanerd.inspect import _segment_checks as segment_checks
 from cleanerd.storage import (

@@ -24,9 +24,7 @@ from cleanerd.compaction import (
 from cleanerd.compaction._cleaner import Cleaner, CleaningAbortedError, segment_sizes
 from cleanerd.compaction._grouping import SegmentSizes, group_segments
 from cleanerd.compaction._offset_map._build import build_offset_map
-from cleanerd.format import INT_MAX as INT32_MAX
-from cleanerd.format import Record, build_batch, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import INT_MAX as INT32_MAX, Record, build_batch, kernels as k, scan_batches
 from cleanerd.inspect._verify import verify_partition
 from cleanerd.storage import AbortedTxn, PartitionLog
 from tests.support.cleaning import (

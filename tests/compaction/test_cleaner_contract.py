@@ -11,8 +11,7 @@ from unittest.mock import patch
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from kafka.record.memory_records import MemoryRecords
 
 from cleanerd.compaction import Throttler
@@ -25,21 +24,21 @@ from cleanerd.format import (
     Compression,
     CorruptRecordError,
     Record,
+    _crc as crc_mod,
     build_batch,
     index_batches,
+    kernels as k,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format import _crc as crc_mod
-from cleanerd.format import kernels as k
 from cleanerd.storage import (
     CLEANER_OFFSET_CHECKPOINT,
     PartitionLog,
     TopicPartition,
+    _chunks as chunks_mod,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
-from cleanerd.storage import _chunks as chunks_mod
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig
 from tests.support.cleaning import (
     DAY,

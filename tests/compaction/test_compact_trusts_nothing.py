@@ -15,8 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli import cli
-from cleanerd.format import ATTR_TRANSACTIONAL, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import ATTR_TRANSACTIONAL, kernels as k, scan_batches
 from cleanerd.inspect import verify_path
 from cleanerd.storage import Repairs
 from cleanerd.workload import WorkloadSpec, generate

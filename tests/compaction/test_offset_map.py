@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from cleanerd.compaction._offset_map._map import (
     OFFSET_SLOT_BYTES,
@@ -22,8 +21,14 @@ from cleanerd.compaction._offset_map._map import (
 )
 from cleanerd.compaction._offset_map._table import ZERO_HASH_REMAP
 from cleanerd.compaction._strategy import compute_versions, record_versions, wins
-from cleanerd.format import Compression, Record, build_batch, index_batches, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import (
+    Compression,
+    Record,
+    build_batch,
+    index_batches,
+    kernels as k,
+    scan_batches,
+)
 from cleanerd.format._batch_view import decode_headers
 from cleanerd.topics import Strategy, StrategyConfig
 

@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cleanerd.compaction import Cleaner, LogMeta, cleaner_checkpoint, plan
-from cleanerd.compaction import _cleaner as cleaner_mod
+from cleanerd.compaction import Cleaner, LogMeta, _cleaner as cleaner_mod, cleaner_checkpoint, plan
 from cleanerd.compaction._batches import fold_producers
 from cleanerd.format import Record, build_batch, scan_batches
 from cleanerd.storage import LogSegment, PartitionLog

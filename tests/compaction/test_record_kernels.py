@@ -8,8 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from cleanerd.compaction import OffsetMap
 from cleanerd.compaction._batches import payloads
@@ -17,8 +16,7 @@ from cleanerd.compaction._filter import decide_records
 from cleanerd.compaction._offset_map._fill import map_records
 from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED
 from cleanerd.compaction._offset_map._touched import touched_bitmap
-from cleanerd.format import Record, build_batch
-from cleanerd.format import kernels as k
+from cleanerd.format import Record, build_batch, kernels as k
 
 Arr = np.ndarray[Any, Any]
 

@@ -11,8 +11,7 @@ import pytest
 
 from cleanerd.compaction import LogMeta, cleaner_checkpoint
 from cleanerd.format import Record, build_batch
-from cleanerd.storage import PartitionLog, iter_chunks, release
-from cleanerd.storage import _chunks as chunks_mod
+from cleanerd.storage import PartitionLog, _chunks as chunks_mod, iter_chunks, release
 from cleanerd.topics import LogConfig
 
 PAGE = mmap.PAGESIZE

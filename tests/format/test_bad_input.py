@@ -14,8 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 import zstandard
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cleanerd.format import (
     BatchHeader,
@@ -25,10 +24,10 @@ from cleanerd.format import (
     compress,
     index_batches,
     iter_batches,
+    kernels as k,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.format._builder import build_batch, finish_crc, set_base_offset
 
 PATH = "/data/orders-3/00000000000000000000.log"

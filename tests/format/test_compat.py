@@ -12,8 +12,7 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from kafka.record.default_records import (
     ControlRecord,
     DefaultRecordBatch,
@@ -29,10 +28,10 @@ from cleanerd.format import (
     Record,
     index_batches,
     iter_batches,
+    kernels as k,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.format._builder import (
     build_batch,
     build_control_batch,

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 from kafka.codec import gzip_decode
 
-from cleanerd.format import as_uint8, build_batch, iter_batches, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import as_uint8, build_batch, iter_batches, kernels as k, scan_batches
 from cleanerd.format._codecs import JAVA_GZIP_HEADER, Compression, compress, decompress
 from cleanerd.format._payloads import batch_payload
 

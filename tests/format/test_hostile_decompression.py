@@ -30,10 +30,10 @@ from cleanerd.format import (
     Record,
     build_batch,
     index_batches,
+    kernels as k,
     lay_out,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.format._codecs import (
     Compression,
     DecompressedTooLargeError,

@@ -27,9 +27,9 @@ from cleanerd.format import (
     CorruptRecordError,
     compress,
     index_batches,
+    kernels as k,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.workload import WorkloadSpec, generate
 
 PATH = "/data/t-0/00000000000000000000.log"

@@ -21,10 +21,10 @@ from cleanerd.format import (
     Record,
     index_batches,
     iter_batches,
+    kernels as k,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from tests.support.kafka_fixtures import find_kafka_fixtures
 
 PARTITIONS = ["small-gzip-hdr-tomb-0", "multiseg-snappy-0"]

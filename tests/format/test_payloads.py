@@ -8,8 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cleanerd.format import Compression, Record, index_batches, lay_out, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import Compression, Record, index_batches, kernels as k, lay_out, scan_batches
 from cleanerd.format._builder import build_batch, build_empty_batch, finish_crc
 from cleanerd.format._payloads import batch_payload
 from cleanerd.format.layout import ATTRIBUTES_AT

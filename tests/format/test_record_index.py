@@ -20,10 +20,10 @@ from cleanerd.format import (
     Record,
     index_and_hash,
     index_batches,
+    kernels as k,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.format._builder import build_batch, finish_crc
 
 U64 = (1 << 64) - 1

@@ -23,25 +23,23 @@ import pytest
 import snappy
 import xxhash
 import zstandard
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from kafka.record.util import decode_varint as kp_decode_varint
-from kafka.record.util import encode_varint as kp_encode_varint
+from hypothesis import HealthCheck, given, settings, strategies as st
+from kafka.record.util import decode_varint as kp_decode_varint, encode_varint as kp_encode_varint
 
-from cleanerd.format import INT_MAX as INT32_MAX
-from cleanerd.format import INT_MIN as INT32_MIN
-from cleanerd.format import LONG_MAX as INT64_MAX
-from cleanerd.format import LONG_MIN as INT64_MIN
 from cleanerd.format import (
+    INT_MAX as INT32_MAX,
+    INT_MIN as INT32_MIN,
+    LONG_MAX as INT64_MAX,
+    LONG_MIN as INT64_MIN,
     BatchHeader,
     CorruptRecordError,
     Record,
     index_batches,
     iter_batches,
+    kernels as k,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.format._builder import build_batch, build_empty_batch, encode_records, finish_crc
 from cleanerd.format._codecs import XERIAL_MAGIC, Compression, compress, decompress
 from cleanerd.format._varint import (

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from cleanerd.format import Compression, Record, build_batch, scan_batches
-from cleanerd.format import _crc as crc
-from cleanerd.format import kernels as k
+from cleanerd.format import (
+    Compression,
+    Record,
+    _crc as crc,
+    build_batch,
+    kernels as k,
+    scan_batches,
+)
 
 KERNEL = [True, False] if crc.AVAILABLE else [False]
 

@@ -12,11 +12,11 @@ from cleanerd.format import (
     Record,
     index_batches,
     iter_batches,
+    kernels as k,
     parse_control_key,
     records_from_index,
     scan_batches,
 )
-from cleanerd.format import kernels as k
 from cleanerd.format._builder import (
     build_batch,
     build_empty_batch,

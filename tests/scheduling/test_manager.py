@@ -18,8 +18,14 @@ from structlog.testing import capture_logs
 
 from cleanerd.compaction import CleanerStats, walk_segment
 from cleanerd.format import Record
-from cleanerd.scheduling import CleanerManager, CleaningState, CleanOutcome, Grab, RetryPolicy
-from cleanerd.scheduling import _metadata as metadata
+from cleanerd.scheduling import (
+    CleanerManager,
+    CleaningState,
+    CleanOutcome,
+    Grab,
+    RetryPolicy,
+    _metadata as metadata,
+)
 from cleanerd.scheduling._sizing import map_bytes_for
 from cleanerd.storage import (
     CLEANER_OFFSET_CHECKPOINT,

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction import LogMeta
-from cleanerd.compaction import _segment_walk as log_meta
+from cleanerd.compaction import LogMeta, _segment_walk as log_meta
 from cleanerd.format import Record
 from cleanerd.scheduling import _metadata as metadata
 from cleanerd.scheduling._metadata import LogDirCheckpoints, MetadataCache, PartitionMeta

@@ -17,10 +17,12 @@ import structlog
 from cleanerd.compaction import CleaningAbortedError
 from cleanerd.config import load_config
 from cleanerd.scheduling import Survey
-from cleanerd.service import Daemon
-from cleanerd.service import _clean_job as clean_job
-from cleanerd.service import _snapshot_routes as snapshot_routes
-from cleanerd.service import _workers as workers
+from cleanerd.service import (
+    Daemon,
+    _clean_job as clean_job,
+    _snapshot_routes as snapshot_routes,
+    _workers as workers,
+)
 from cleanerd.service._workers import CLEAN_THREAD_PREFIX
 from tests.support.logs import two_partitions
 from tests.support.polling import until

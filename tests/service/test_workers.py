@@ -14,8 +14,7 @@ import structlog
 
 from cleanerd.compaction import Throttler
 from cleanerd.scheduling import CleanerManager, Grab
-from cleanerd.service import _clean_job as clean_job
-from cleanerd.service import _workers as workers
+from cleanerd.service import _clean_job as clean_job, _workers as workers
 from cleanerd.service._budget import DedupeBudget
 from cleanerd.service._workers import PoolSettings, WorkerPool
 from cleanerd.storage import TopicPartition

@@ -9,11 +9,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
-from cleanerd.storage import TopicPartition as TP
-from cleanerd.storage import _checkpoints as cp
+from cleanerd.storage import TopicPartition as TP, _checkpoints as cp
 from cleanerd.storage._checkpoints import (
     CLEANER_OFFSET_CHECKPOINT,
     LEADER_EPOCH_CHECKPOINT,

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from cleanerd.format import Record, build_batch
-from cleanerd.storage import PartitionLog
-from cleanerd.storage import _kept_maps as map_cache
+from cleanerd.storage import PartitionLog, _kept_maps as map_cache
 
 SEGMENTS = 600
 PER_SEGMENT = 4

@@ -7,8 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from cleanerd.storage import OffsetIndex, TimeIndex
 from cleanerd.storage._errors import CorruptIndexError, OffsetOutOfRangeError

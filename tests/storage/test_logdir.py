@@ -15,11 +15,11 @@ import pytest
 
 from cleanerd.storage import (
     LogDir,
+    TopicPartition as TP,
     parse_partition_dir_name,
     validate_topic_name,
     write_offset_checkpoint,
 )
-from cleanerd.storage import TopicPartition as TP
 from cleanerd.storage._errors import LogDirLockedError, StorageError
 from tests.support.tools import require
 

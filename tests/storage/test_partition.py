@@ -6,8 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cleanerd.format import Compression, CorruptRecordError, Record
 from cleanerd.format._builder import build_batch, finish_crc

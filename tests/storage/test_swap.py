@@ -16,8 +16,8 @@ from cleanerd.storage import (
     LogSegment,
     PartitionLog,
     StorageError,
+    _swap as swap,
 )
-from cleanerd.storage import _swap as swap
 from cleanerd.topics import LogConfig
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)

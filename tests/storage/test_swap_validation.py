@@ -17,10 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.format import Record, build_batch, scan_batches, set_base_offset
-from cleanerd.format import kernels as k
-from cleanerd.storage import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, PartitionLog
-from cleanerd.storage import _swap as swap
+from cleanerd.format import Record, build_batch, kernels as k, scan_batches, set_base_offset
+from cleanerd.storage import CLEANED_SUFFIX, SWAP_SUFFIX, LogSegment, PartitionLog, _swap as swap
 from cleanerd.storage._errors import StorageError, UnsafeSwapError
 from cleanerd.topics import LogConfig
 

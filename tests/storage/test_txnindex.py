@@ -7,8 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from cleanerd.storage import AbortedTxn, CorruptIndexError, TransactionIndex
 

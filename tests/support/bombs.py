@@ -16,8 +16,7 @@ import cramjam
 import lz4.frame
 import zstandard
 
-from cleanerd.format import Compression, Record, compress, scan_batches
-from cleanerd.format import kernels as k
+from cleanerd.format import Compression, Record, compress, kernels as k, scan_batches
 from cleanerd.format._builder import build_batch, finish_crc
 from cleanerd.format.layout import ATTRIBUTES_AT, LENGTH_AT
 from cleanerd.workload import WorkloadSpec, generate

@@ -15,8 +15,7 @@ import numpy as np
 from cleanerd.compaction import CleaningPlan, OffsetMap, plan_log, slot_bytes
 from cleanerd.compaction._cleaner import Cleaner, CleanResult
 from cleanerd.compaction._transactions import NEVER_EXPIRE
-from cleanerd.format import Record, RecordBatch
-from cleanerd.format import kernels as k
+from cleanerd.format import Record, RecordBatch, kernels as k
 from cleanerd.storage import LOG_SUFFIX, AbortedTxn, PartitionLog, segment_file
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 

@@ -24,8 +24,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
-from cleanerd.format import kernels as k
-from cleanerd.format import scan_batches
+from cleanerd.format import kernels as k, scan_batches
 from cleanerd.inspect import verify_path
 from cleanerd.storage import INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, PartitionLog
 from cleanerd.workload import WorkloadSpec, expected_survivors, generate

@@ -19,8 +19,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cleanerd.cli._gen import gen
-from cleanerd.format import Compression, ControlType, Record, RecordBatch
-from cleanerd.format import kernels as k
+from cleanerd.format import Compression, ControlType, Record, RecordBatch, kernels as k
 from cleanerd.storage import PartitionLog
 from cleanerd.workload import (
     DEFAULT_START_TIMESTAMP,

@@ -26,8 +26,7 @@ import struct
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cleanerd.format import Header, Record, build_batch, build_end_txn_marker, iter_batches
 from cleanerd.workload import Survivor, SurvivorTracker, expected_survivors

@@ -17,8 +17,7 @@ from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
-from cleanerd.format import I64, U8
-from cleanerd.format import kernels as k
+from cleanerd.format import I64, U8, kernels as k
 from cleanerd.storage import LogSegment, chunk_bytes, collect_aborted, iter_chunks, release
 
 CACHED_CHUNKS = 4

@@ -35,9 +35,9 @@ from cleanerd.format import (
     Compression,
     compress,
     fill_crcs,
+    kernels as k,
+    layout as at,
 )
-from cleanerd.format import kernels as k
-from cleanerd.format import layout as at
 
 Arr = npt.NDArray[Any]
 NO_HORIZON = LONG_MIN

@@ -29,8 +29,8 @@ from cleanerd.format import (
     I64,
     U8,
     build_empty_batch,
+    kernels as k,
 )
-from cleanerd.format import kernels as k
 from cleanerd.storage import LogSegment
 
 APPEND_BYTES = 256 << 10

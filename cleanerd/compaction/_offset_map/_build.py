@@ -37,8 +37,7 @@ from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets,
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._strategy import compute_versions
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
-from cleanerd.format import ATTR_TIMESTAMP_TYPE, I64, U8
-from cleanerd.format import kernels as k
+from cleanerd.format import ATTR_TIMESTAMP_TYPE, I64, U8, kernels as k
 from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
 from cleanerd.topics import StrategyConfig
 

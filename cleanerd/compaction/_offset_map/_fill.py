@@ -27,9 +27,7 @@ from numba import njit
 
 from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED, FLAG_TOMBSTONE, FLAG_WINNER
 from cleanerd.compaction._offset_map._table import insert_key, is_full, normalize
-from cleanerd.format import data_ptr as _data_ptr
-from cleanerd.format import index_one as _index_one
-from cleanerd.format import kernels as k
+from cleanerd.format import data_ptr as _data_ptr, index_one as _index_one, kernels as k
 
 Arr = npt.NDArray[Any]
 

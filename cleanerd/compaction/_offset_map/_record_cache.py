@@ -26,8 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cleanerd.format import I64
-from cleanerd.format import kernels as k
+from cleanerd.format import I64, kernels as k
 
 Arr = npt.NDArray[Any]
 RECORD_BYTES = 16 + 8 + 1 + 1  # hash, offset, flags, pass 2's keep flag
