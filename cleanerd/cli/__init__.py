@@ -4,21 +4,21 @@ A command's module is imported only when that command runs; ``--help`` lists the
 kept in ``COMMANDS``. The daemon's imports (numba, aiohttp) take seconds, and ``cleanerd run``
 must be able to take a SIGTERM from its first moment (``early_stop``). Each command is wrapped
 by ``errors.guard`` as it loads, so an OS error ends every command with one line and exit 1,
-never a traceback.
+never a traceback; and every error line, click's usage errors too, starts ``error:``.
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import click
 
 from cleanerd import __version__
 from cleanerd._jitcache import configure_numba_cache
 from cleanerd.cli import _early_stop as early_stop
-from cleanerd.cli._errors import guard
+from cleanerd.cli._errors import guard, restyled
 
 __all__ = ["COMMANDS", "cli", "main"]
 
@@ -80,6 +80,24 @@ class LazyGroup(click.Group):
         if not isinstance(command, click.Command):  # pragma: no cover - a wiring mistake
             raise TypeError(f"{found.module}.{found.attribute} is not a click command")
         return guard(command)
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:  # the group's own options
+            raise restyled(e) from e.__cause__
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:  # a command's options, arguments or own report
+            raise restyled(e) from e.__cause__
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list from ``COMMANDS``: click's own would import every command."""

@@ -43,7 +43,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from cleanerd.cli._errors import os_error_text
+from cleanerd.cli._errors import os_error_text, print_error
 from cleanerd.cli._options import cleaning_options, dedupe_buffer_option, format_option
 from cleanerd.cli._tables import iec_size, table_console
 from cleanerd.cli._targets import Job, find_targets, load_selection, select, target_options
@@ -152,7 +152,7 @@ def compact(
                 try:
                     stack.enter_context(LogDir(logdir).locked())
                 except StorageError as e:
-                    click.echo(f"Error: {e}", err=True)
+                    print_error(f"{e}")
                     raise SystemExit(1) from None
         _warn_unused_checkpoints({t.directory.parent / RECOVERY_POINT_CHECKPOINT for t, _ in jobs})
         results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, roll_active, fmt)
@@ -204,10 +204,7 @@ def _run(
                 summary = summary.without_compile_time(jit.seconds, jit.compiled)
             except (CorruptRecordError, StorageError, CompactionError, OSError) as e:
                 error = os_error_text(e) if isinstance(e, OSError) else str(e)
-                click.echo(
-                    f"Error: {name}: {error} ({before.undo() if before else 'nothing written'})",
-                    err=True,
-                )
+                print_error(f"{name}: {error} ({before.undo() if before else 'nothing written'})")
                 failures.append(name)
                 if fmt == "json":
                     click.echo(json.dumps({"partition": name, "error": error}))

@@ -18,6 +18,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from cleanerd.cli._errors import print_error
 from cleanerd.cli._options import format_option
 from cleanerd.cli._tables import table_console
 from cleanerd.config import (
@@ -102,7 +103,7 @@ def fail_invalid(error: ConfigError) -> NoReturn:
     """Report an invalid config (also errors found after loading, such as conflicting topic
     tables): one ``error:`` line per problem on stderr, exit 2."""
     for problem in error.problems:
-        click.echo(f"error: {problem.line()}", err=True)
+        print_error(f"{problem.line()}")
     raise SystemExit(EXIT_INVALID)
 
 

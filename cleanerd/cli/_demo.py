@@ -35,6 +35,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cleanerd.cli._config import load_from_options
+from cleanerd.cli._errors import print_error
 from cleanerd.cli._tables import iec_size
 from cleanerd.compaction import compact_directory, compile_clock
 from cleanerd.config import CleanerdConfig, LoadedConfig, join_listen, load_config, parse_listen
@@ -201,12 +202,12 @@ def demo(directory: Path, duration: float | None, rate: float, listen: str) -> N
     directory = directory.absolute()
     problem = _listen_problem(listen)
     if problem is not None:  # before anything is written: a taken port leaves no half demo
-        click.echo(f"error: {problem}", err=True)
+        print_error(f"{problem}")
         raise SystemExit(1)
     try:
         lock = _prepare(directory)
     except StorageError as e:
-        click.echo(f"error: {e}", err=True)
+        print_error(f"{e}")
         raise SystemExit(1) from None
     try:
         _run_demo(directory, lock, duration, rate, listen)
@@ -281,7 +282,7 @@ def _run_demo(
     try:
         code = run_async(main)
     except (StartupError, StorageError) as e:
-        click.echo(f"error: {e}", err=True)
+        print_error(f"{e}")
         raise SystemExit(1) from None
     finally:
         writer.close()

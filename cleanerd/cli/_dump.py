@@ -26,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from cleanerd.cli._errors import os_error_text
+from cleanerd.cli._errors import os_error_text, print_error
 from cleanerd.cli._options import decompression_option, format_option
 from cleanerd.format import CorruptRecordError
 from cleanerd.inspect import (
@@ -150,7 +150,7 @@ def _dump_one(path: Path, kind: FileKind, opts: Options) -> bool:
         raise  # the reader went away: not this file's fault (handled by the caller)
     except _DUMP_ERRORS as exc:
         sys.stdout.flush()
-        click.echo(f"Error: {_error_message(exc)}", err=True)
+        print_error(f"{_error_message(exc)}")
         return False
     return True
 

@@ -85,9 +85,33 @@ def command_name(ctx: click.Context) -> str:
     return " ".join(["cleanerd", *reversed(names)])
 
 
-def fail(message: str) -> NoReturn:
+def print_error(message: str) -> None:
+    """One error line on stderr, in the one style of every command: ``error: <message>``."""
     click.echo(f"error: {message}", err=True)
+
+
+def fail(message: str) -> NoReturn:
+    print_error(message)
     raise SystemExit(EXIT_FAILED)
+
+
+def _show(exc: click.ClickException) -> None:
+    """click's report of a usage or command error, in the lines every command prints itself:
+    ``error: ...`` (click's own says ``Error:``)."""
+    if isinstance(exc, click.UsageError) and exc.ctx is not None:
+        ctx = exc.ctx
+        click.echo(
+            f"{ctx.get_usage()}\nTry '{ctx.command_path} --help' for help.\n",
+            err=True,
+            color=ctx.color,
+        )
+    print_error(exc.format_message())
+
+
+def restyled(exc: click.ClickException) -> click.ClickException:
+    """``exc``, reported by :func:`_show` when click's standalone main shows it."""
+    exc.show = functools.partial(_show, exc)  # type: ignore[method-assign]
+    return exc
 
 
 def guard(command: click.Command) -> click.Command:

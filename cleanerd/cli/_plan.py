@@ -22,6 +22,7 @@ import click
 from rich import box
 from rich.table import Table
 
+from cleanerd.cli._errors import print_error
 from cleanerd.cli._options import format_option
 from cleanerd.cli._tables import iec_size, table_console
 from cleanerd.cli._targets import Target, find_targets, load_selection, select, target_options
@@ -182,7 +183,7 @@ def plan_command(
         try:
             row = plan_fields(target, settings, now, roll_active)
         except (StorageError, OSError, ValueError) as e:
-            click.echo(f"Error: {target.directory.name}: {e}", err=True)
+            print_error(f"{target.directory.name}: {e}")
             failed = True
             continue
         rows.append(row)

@@ -19,6 +19,7 @@ import click
 from cleanerd.cli import _early_stop as early_stop
 from cleanerd.cli._config import check_engine, config_options, load_from_options, parse_sets
 from cleanerd.cli._daemon_address import forget_address, record_address
+from cleanerd.cli._errors import print_error
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.service import Daemon, StartupError, configure_logging, run_async
 from cleanerd.storage import StorageError
@@ -58,6 +59,6 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
     try:
         code = run_async(daemon)
     except (StartupError, StorageError) as e:
-        click.echo(f"error: {e}", err=True)
+        print_error(f"{e}")
         raise SystemExit(1) from None
     raise SystemExit(code)

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from cleanerd.cli._errors import os_error_line
+from cleanerd.cli._errors import os_error_line, print_error
 from cleanerd.cli._options import decompression_option, dedupe_buffer_option, format_option
 from cleanerd.cli._targets import find_targets, load_selection, select, target_options
 from cleanerd.compaction import open_log
@@ -85,7 +85,7 @@ def create(
             try:
                 stack.enter_context(LogDir(logdir).locked())
             except StorageError as e:
-                click.echo(f"Error: {e}", err=True)
+                print_error(f"{e}")
                 raise SystemExit(1) from None
         for job in jobs:
             target, settings = job
@@ -312,7 +312,7 @@ def fetch(url: str, directory: Path, token: str | None) -> None:
     try:
         path = asyncio.run(fetch_snapshot(url, directory, token, report=_say))
     except FetchError as e:
-        click.echo(f"Error: {e}", err=True)
+        print_error(f"{e}")
         raise SystemExit(1) from None
     click.echo(f"fetched {path} ({path.stat().st_size} bytes)")
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import click
 
 from cleanerd.cli._compact import _check_jobs, _note, _print_table
+from cleanerd.cli._errors import print_error
 from cleanerd.cli._options import cleaning_options, format_option
 from cleanerd.cli._targets import find_targets, load_selection, select, target_options
 from cleanerd.spark import SparkMissingError, require_pyspark
@@ -131,14 +132,14 @@ def compact(
                 try:
                     stack.enter_context(LogDir(logdir).locked())
                 except StorageError as e:
-                    click.echo(f"Error: {e}", err=True)
+                    print_error(f"{e}")
                     raise SystemExit(1) from None
         outcomes = compact_on_spark(build_session(master, conf), work, options)
     results, failures = [], []
     for o in outcomes:
         click.echo(f"{o.partition}: plan {o.plan} ({o.dirty_records} dirty records)", err=True)
         if o.summary is None:
-            click.echo(f"Error: {o.partition}: {o.error}", err=True)
+            print_error(f"{o.partition}: {o.error}")
             failures.append(o.partition)
             if fmt == "json":
                 click.echo(json.dumps({"partition": o.partition, "error": o.error}))

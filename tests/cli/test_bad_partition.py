@@ -41,7 +41,7 @@ def test_compact_of_a_log_dir_goes_on_past_a_partition_it_cannot_read(
     code, out, err = run_denied(args, target)
     assert code == 1, err
     denied = f"cannot access {target}{os.sep}leader-epoch-checkpoint: Permission denied"
-    assert f"Error: t-0: {denied} (partition left as it was)\n" in err, err
+    assert f"error: t-0: {denied} (partition left as it was)\n" in err, err
     assert "error: cleanerd compact" not in err  # the command itself did not stop
     lines = [json.loads(line) for line in out.splitlines()]
     assert {"partition": "t-0", "error": denied} in lines

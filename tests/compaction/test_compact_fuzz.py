@@ -107,7 +107,7 @@ def test_crc_covered_byte_is_refused_untouched(plain_none: BaseLog, work: Path) 
 def _run(**facts: object) -> Run:
     defaults: dict[str, object] = {
         "exit_code": 1,
-        "output": "Error: fuzz-none-plain-0/0.log: bad (partition left as it was)",
+        "output": "error: fuzz-none-plain-0/0.log: bad (partition left as it was)",
         "error": None,
         "problems": [("x/00000000000000000000.log", "crc", "CRC mismatch")],
         "before": {"a": b"1"},
@@ -125,8 +125,8 @@ def test_the_oracle_rejects_what_the_issue_forbids(plain_none: BaseLog) -> None:
     forbidden = [
         (log_mutant, _run()),  # the control: a clean refusal passes
         (log_mutant, _run(after={"a": b"2"})),  # refused but changed a file
-        (log_mutant, _run(output="Error: failed (partition left as it was)")),  # no file named
-        (log_mutant, _run(output="Error: fuzz-none-plain-0/0.log: bad")),  # "left as it was"?
+        (log_mutant, _run(output="error: failed (partition left as it was)")),  # no file named
+        (log_mutant, _run(output="error: fuzz-none-plain-0/0.log: bad")),  # "left as it was"?
         (log_mutant, _run(error="ValueError: boom")),  # a traceback
         (log_mutant, _run(exit_code=0, survivors=plain_none.expected)),  # silent partial
         (index_mutant, _run(problems=[])),  # index damage refused

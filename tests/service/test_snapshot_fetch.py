@@ -356,4 +356,4 @@ def test_nothing_listening_is_a_clear_error(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{free_port()}{TP}"
     result = CliRunner().invoke(snapshot_group, ["fetch", url, str(tmp_path / "d")])
     assert result.exit_code == 1
-    assert f"Error: {url}: " in result.output
+    assert f"error: {url}: " in result.output

@@ -252,7 +252,7 @@ def test_fetch_refuses_a_snapshot_with_a_batch_cut_out(logdir: Path, tmp_path: P
     with serving(daemon_routes(_part(logdir))) as base:
         code, output = fetch(base + TP, dest)
     assert code == 1
-    assert output.startswith("Error: "), output
+    assert output.startswith("error: "), output
     assert output.count("\n") == 1, output
     assert "not a valid snapshot" in output
     assert "a batch is missing" in output
@@ -387,7 +387,7 @@ def test_fetch_refuses_a_bad_answer_in_one_line_and_leaves_nothing(
         code, output = fetch(base + url_path, dest)
     assert code == 1
     assert output.count("\n") == 1, output
-    assert output.startswith("Error: "), output
+    assert output.startswith("error: "), output
     assert "Traceback" not in output
     assert why in output, output
     assert _left_in(dest) == []
@@ -424,7 +424,7 @@ def test_fetch_stops_reading_at_the_declared_size(tmp_path: Path) -> None:
     assert reports == [
         f"{base}{TP}/{SID}: the snapshot changed or ranges are off; restarting (200)"
     ]
-    assert error.startswith("Error: ")
+    assert error.startswith("error: ")
     assert "the server sent more than the 1000 bytes it declared" in error
     assert not sent["finished"]
     assert _left_in(dest) == []
@@ -662,7 +662,7 @@ def test_fetch_writes_through_no_symlink_and_waits_on_no_fifo(
     assert result.exit_code == 1, result.output
     what = "a symbolic link" if kind == "symlink" else "a FIFO"
     assert result.stderr == (
-        f"Error: {base}{TP}/{SID}: {part} is {what}, not a file; left as it is\n"
+        f"error: {base}{TP}/{SID}: {part} is {what}, not a file; left as it is\n"
     )
     assert victim.read_text() == "keep me\n"
     assert _left_in(dest) == [part.name]  # not ours to delete, and nothing installed
