@@ -45,9 +45,11 @@ LABEL org.opencontainers.image.title="cleanerd" \
       org.opencontainers.image.base.name="${BASE_IMAGE}"
 
 # No home: nothing of the user's may land in the log dir (a broker takes every dir there for a
-# partition), and NUMBA_CACHE_DIR below is where the only thing cleanerd caches goes.
-RUN groupadd --system --gid "${USER_GID}" cleanerd \
-    && useradd --system --uid "${USER_UID}" --gid "${USER_GID}" --no-create-home \
+# partition), and NUMBA_CACHE_DIR below is where the only thing cleanerd caches goes. Not
+# --system: a fixed UID above 999 is outside the system range and useradd would warn about it;
+# --no-log-init keeps that high UID from growing lastlog and faillog.
+RUN groupadd --gid "${USER_GID}" cleanerd \
+    && useradd --no-log-init --uid "${USER_UID}" --gid "${USER_GID}" --no-create-home \
         --home-dir /nonexistent --shell /usr/sbin/nologin cleanerd
 
 # --no-index: nothing is fetched here; a wheel missing from the builder stage fails the build.

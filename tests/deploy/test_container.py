@@ -237,6 +237,17 @@ def test_image_settings(image: Image) -> None:
     assert labels["org.opencontainers.image.base.name"] == BASE
 
 
+def test_the_build_prints_no_warning_about_the_user(image: Image) -> None:
+    """The image's user is made without a warning in the build log (useradd warned about a
+    fixed UID outside the system range), and is what the volume docs say: 10001, no home."""
+    log = (image.work / "build.log").read_text()
+    # the tools' own messages start with their name (buildah's step echo starts "STEP")
+    said = [line for line in log.splitlines() if line.startswith(("useradd", "groupadd"))]
+    assert said == []
+    passwd = (image.rootfs / "etc/passwd").read_text().splitlines()
+    assert "cleanerd:x:10001:10001::/nonexistent:/usr/sbin/nologin" in passwd
+
+
 def test_final_stage_has_wheels_installed_and_no_build_tools(image: Image) -> None:
     root = image.rootfs
     assert (root / "opt/cleanerd/bin/cleanerd").is_file()
