@@ -11,4 +11,6 @@ the package, and a read-only install with neither writable fails when a kernel i
 ("no locator available") unless the program calls ``configure_numba_cache()`` first.
 """
 
+# The one home of the version: pyproject.toml reads it from here, the image labels and
+# cleanerd_build_info show it; CHANGELOG.md has an entry for it.
 __version__ = "0.1.0"

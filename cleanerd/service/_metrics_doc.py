@@ -1,6 +1,6 @@
 """Every metric the daemon exposes, once: its name, type, help text and Kafka counterpart.
 
-The HELP lines (``metrics.py``) and the README's metrics table are both generated from
+The HELP lines (``_metrics.py``) and the table of docs/metrics.md are both generated from
 ``METRICS_DOC``, so the documentation cannot drift from what a scrape shows.
 """
 
@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 
 class MetricDoc(NamedTuple):
-    """One exposed metric: the README table and the HELP text both come from here."""
+    """One exposed metric: the docs/metrics.md table and the HELP text both come from here."""
 
     name: str  # as exposed (counters with ``_total``)
     type: str  # gauge / counter / histogram / info

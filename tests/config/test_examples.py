@@ -278,21 +278,3 @@ def test_the_completeness_check_finds_a_missing_or_undefaulted_setting() -> None
         "cleanerd.log.level: commented out without its default"
     ]
     assert "cleanerd.log.level" in daemon_assignments(text)  # uncommented there
-
-
-def _default_text(value: object) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    return "(empty)" if value == "" else str(value)
-
-
-def test_config_readme_lists_every_broker_synonym_with_its_default() -> None:
-    """config/README.md's synonym table is the topic catalogue, row for row."""
-    text = (CONFIG / "README.md").read_text()
-    table = text.split("| broker setting | topic setting | default |", 1)[1].split("\n\n", 1)[0]
-    rows = {}
-    for line in table.splitlines()[2:]:
-        broker, topic, default = (c.strip() for c in line.strip().strip("|").split("|"))
-        rows[re.findall(r"`([^`]+)`", broker)[0]] = (topic.strip("`"), default.strip("`"))
-    expected = {s.broker: (s.name, _default_text(s.default)) for s in TOPIC_SETTINGS}
-    assert rows == expected

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from cleanerd import __version__
 from tests.support.tools import require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -135,7 +136,7 @@ def test_read_only_install_runs_as_nobody_with_one_warning(
 ) -> None:
     env, home = locked_down
     out, err = _cleanerd(install, env, home, "--version")
-    assert out.strip() == "cleanerd, version 0.1.0"
+    assert out.strip() == f"cleanerd, version {__version__}"
     assert err.count(WARNING) == 1, err
     assert "set NUMBA_CACHE_DIR" in err
     assert "cleanerd warmup" in err

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cleanerd import __version__
 from cleanerd.scheduling import CleaningState, CleaningTotals, PartitionStatus
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.service._metrics_doc import METRICS_DOC
@@ -245,7 +246,7 @@ def test_histogram_and_build_info() -> None:
     assert _one(samples, "cleanerd_clean_duration_seconds_bucket", le="60.0") == 2
     info = [labels for name, labels in samples if name == "cleanerd_build_info"]
     assert len(info) == 1
-    assert dict(info[0])["version"] == "0.1.0"
+    assert dict(info[0])["version"] == __version__
     assert not any(name.endswith("_created") for name, _ in samples)
 
 
@@ -260,7 +261,8 @@ def test_scrape_reads_a_fresh_status_each_time() -> None:
 
 
 def test_metrics_doc_matches_the_exposition() -> None:
-    """The README table is generated from METRICS_DOC: it must name exactly what is exposed."""
+    """docs/metrics.md's table is generated from METRICS_DOC: it must name exactly what is
+    exposed."""
     metrics = DaemonMetrics(_busy_status)
     metrics.observe_clean(1.0)
     _, families = _scrape(_busy_status(), metrics)

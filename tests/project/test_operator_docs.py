@@ -1,5 +1,5 @@
-"""What the operator documentation lists agrees with what the daemon exposes: the README's
-metrics table with ``METRICS_DOC`` (name, type, help, Kafka JMX name), the README's alert list
+"""What the operator documentation lists agrees with what the daemon exposes: docs/metrics.md's
+table with ``METRICS_DOC`` (name, type, help, Kafka JMX name), docs/operations.md's alert list
 with the Prometheus rules, and the ``/status`` fields in docs/operations.md with the JSON the
 daemon serves. Each check is a parse of the document, so an added metric, alert or field that
 is not documented fails here."""
@@ -13,15 +13,20 @@ from cleanerd.scheduling import PartitionStatus
 from cleanerd.service._metrics_doc import METRICS_DOC, MetricDoc
 from cleanerd.service._status import DaemonStatus, WorkerStatus
 from cleanerd.storage import TopicPartition
+from tests.support.reference import regions
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
+METRICS = REPO / "docs" / "metrics.md"
 OPERATIONS = REPO / "docs" / "operations.md"
 RULES = REPO / "deploy" / "prometheus" / "cleanerd.rules.yml"
 
 
 def section(text: str, marker: str) -> str:
-    """The text between ``<!-- marker ...-->`` and ``<!-- end marker -->``."""
+    """The text between ``<!-- marker ...-->`` and ``<!-- end marker -->`` (the metrics table:
+    its generated part)."""
+    if marker == "metrics-table":
+        return dict(regions(text))["metrics"]
     start, end = f"<!-- {marker}", f"<!-- end {marker} -->"
     assert start in text, f"marker {start} not found"
     assert end in text, f"marker {end} not found"
@@ -55,7 +60,7 @@ def render_table(docs: tuple[MetricDoc, ...] = METRICS_DOC) -> str:
 
 
 def table_problems(readme: str, docs: tuple[MetricDoc, ...] = METRICS_DOC) -> list[str]:
-    """Every way the README's table differs from ``docs``, one line each."""
+    """Every way the metrics table differs from ``docs``, one line each."""
     rows = table_rows(section(readme, "metrics-table"))
     problems = [f"row with {len(r)} cells: {r}" for r in rows if len(r) != 4]
     table: dict[str, list[str]] = {}
@@ -66,7 +71,7 @@ def table_problems(readme: str, docs: tuple[MetricDoc, ...] = METRICS_DOC) -> li
         table[name] = row
     for d in docs:
         if d.name not in table:
-            problems.append(f"{d.name}: missing from the README's table")
+            problems.append(f"{d.name}: missing from the table")
             continue
         row = table.pop(d.name)
         if _code(row[3]) != d.kafka:
@@ -75,25 +80,25 @@ def table_problems(readme: str, docs: tuple[MetricDoc, ...] = METRICS_DOC) -> li
             problems.append(f"{d.name}: type {row[1]!r}, should be {d.type!r}")
         if row[2] != d.help:
             problems.append(f"{d.name}: meaning {row[2]!r}, should be {d.help!r}")
-    problems.extend(f"{name}: in the README but not exposed" for name in table)
+    problems.extend(f"{name}: in the table but not exposed" for name in table)
     return problems
 
 
-def test_readme_metrics_table_matches_metrics_doc() -> None:
-    problems = table_problems(README.read_text())
+def test_metrics_table_matches_metrics_doc() -> None:
+    problems = table_problems(METRICS.read_text())
     assert problems == [], "\n".join(
         [*problems, "", "the table, from METRICS_DOC:", render_table()]
     )
 
 
-def test_readme_lists_the_metrics_in_metrics_doc_order() -> None:
-    rows = table_rows(section(README.read_text(), "metrics-table"))
+def test_the_table_lists_the_metrics_in_metrics_doc_order() -> None:
+    rows = table_rows(section(METRICS.read_text(), "metrics-table"))
     assert [_code(r[0]) for r in rows] == [d.name for d in METRICS_DOC]
 
 
 def _with_fresh_table() -> str:
-    """The README with its table as ``render_table`` makes it."""
-    readme = README.read_text()
+    """docs/metrics.md with its table as ``render_table`` makes it."""
+    readme = METRICS.read_text()
     return readme.replace(section(readme, "metrics-table"), "\n" + render_table() + "\n", 1)
 
 
@@ -108,7 +113,7 @@ def test_the_table_check_catches_a_missing_metric_and_a_wrong_jmx_name() -> None
     table = section(readme, "metrics-table")
     dropped = "\n".join(x for x in table.splitlines() if "`cleanerd_dead_workers`" not in x)
     assert table_problems(readme.replace(table, dropped)) == [
-        "cleanerd_dead_workers: missing from the README's table"
+        "cleanerd_dead_workers: missing from the table"
     ]
     wrong = readme.replace("name=DeadThreadCount`", "name=dead-thread-count`")
     assert table_problems(wrong) == [
@@ -117,13 +122,15 @@ def test_the_table_check_catches_a_missing_metric_and_a_wrong_jmx_name() -> None
         "'kafka.log:type=LogCleaner,name=DeadThreadCount'"
     ]
     fewer = tuple(d for d in METRICS_DOC if d.name != "cleanerd_workers")
-    assert table_problems(readme, fewer) == ["cleanerd_workers: in the README but not exposed"]
+    assert table_problems(readme, fewer) == ["cleanerd_workers: in the table but not exposed"]
 
 
-def test_readme_summarises_every_alert_of_the_rules() -> None:
+def test_operations_guide_summarises_every_alert_of_the_rules() -> None:
     rules = re.findall(r"^\s*- alert:\s*(\S+)", RULES.read_text(), re.MULTILINE)
     assert rules, f"no alert found in {RULES}"
-    listed = re.findall(r"^- \*\*(\w+)\*\*:", section(README.read_text(), "alerts"), re.MULTILINE)
+    listed = re.findall(
+        r"^- \*\*(\w+)\*\*:", section(OPERATIONS.read_text(), "alerts"), re.MULTILINE
+    )
     assert listed == rules  # the rules file's order, each once
 
 
@@ -156,7 +163,13 @@ def test_operations_guide_documents_every_partition_field() -> None:
     assert _documented_fields("partition-fields") == set(status.to_json())
 
 
-DOCUMENTS = (README, OPERATIONS, REPO / "config" / "README.md")
+DOCUMENTS = (
+    README,
+    REPO / "CHANGELOG.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    REPO / "config" / "README.md",
+    *sorted((REPO / "deploy").rglob("*.md")),
+)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
