@@ -89,6 +89,8 @@ def test_the_test_command_installs_the_packages_of_missing_programs(tmp_path: Pa
         found = shutil.which(name)
         assert found is not None
         (bin_dir / name).symlink_to(found)
+    # Debian's own python3: no ensurepip until python3-venv is installed
+    _script(bin_dir / "python3", 'if [ "$2" = "import ensurepip" ]; then exit 1; fi')
 
     result = _packages_step(bin_dir)
     assert result.returncode == 0, result.stderr
@@ -96,12 +98,13 @@ def test_the_test_command_installs_the_packages_of_missing_programs(tmp_path: Pa
     installs = [line for line in lines if line.startswith("sudo apt-get install")]
     assert len(installs) == 1
     assert "sudo apt-get update -q" in lines
-    wanted = sorted(set(debian_packages().values()))
+    wanted = sorted({*debian_packages().values(), "python3-venv"})
     assert sorted(installs[0].split("--no-install-recommends")[1].split()) == wanted
 
     for program in debian_packages():  # now every program is there: nothing is installed
         if not (bin_dir / program).exists():
             _script(bin_dir / program, "true")
+    _script(bin_dir / "python3", "true")  # python3-venv installed: ensurepip imports
     calls.unlink()
     again = _packages_step(bin_dir)
     assert again.returncode == 0, again.stderr
