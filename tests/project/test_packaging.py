@@ -12,6 +12,7 @@ is most of its time, and pip's cache keeps that short after the first run.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
@@ -69,7 +70,10 @@ def install() -> Iterator[Install]:
         venv = work / "venv"
         _run([_base_python(), "-m", "venv", str(venv)])
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
-        _run([*pip, str(wheel)], cwd=work)
+        # not this checkout on PYTHONPATH: its cleanerd.egg-info would look installed to pip,
+        # which would then install the dependencies and skip the wheel
+        clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        _run([*pip, str(wheel)], cwd=work, env=clean)
         _run(["chmod", "-R", "a-w", str(venv)])
         yield Install(dist, venv, sdist, wheel)
     finally:
