@@ -6,8 +6,20 @@ read-only install and an unwritable HOME (``docker run --user``, systemd ``Dynam
 every command would die at import. So the first writable of these is used, in order:
 ``NUMBA_CACHE_DIR`` if set; the package's own ``__pycache__`` dirs (numba's default); systemd's
 ``$CACHE_DIRECTORY`` (``CacheDirectory=``); ``$XDG_CACHE_HOME`` or ``~/.cache``, under
-``cleanerd/numba``. When none is, a private temporary dir (mode 0700, removed at exit) with one
-warning saying why and how to fix it: every run then compiles its kernels again.
+``cleanerd/numba``; then a per-user dir ``cleanerd-numba-<uid>`` in ``$TMPDIR`` (when set),
+``/var/tmp`` or ``/tmp``, so that a user with no home of its own (uid 65534, ``HOME=/nonexistent``)
+still compiles once and ``cleanerd warmup`` fills the cache its later commands load.
+
+numba loads its cache files with pickle, so whoever can write the cache dir can run code as the
+user who loads it. A shared temporary dir is open to every user: there the per-user dir is made
+with mode 0700, and one that already exists is used only if it is a real dir (no symlink) owned
+by this uid and closed to group and others, in a parent that others cannot rename it out of.
+Anything else is refused with a warning naming it, never repaired: it may already hold someone
+else's files.
+
+When no dir is usable, a private temporary dir (mode 0700, removed at exit) with one warning
+saying why and how to fix it: every run then compiles its kernels again, and ``cleanerd warmup``
+refuses to compile into it (:func:`temporary_cache` says why).
 
 Nothing here runs on import: each entry point calls :func:`configure_numba_cache` before it
 imports numba (numba reads ``NUMBA_CACHE_DIR`` once, when it is imported), so that a library
@@ -18,24 +30,37 @@ Calling it again is harmless: the dir it chose is then ``NUMBA_CACHE_DIR`` and w
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent
+# after $TMPDIR: /var/tmp is kept across reboots; /tmp is often the one writable dir of a
+# read-only container (tests point this at dirs of their own)
+SHARED_TMP = (Path("/var/tmp"), Path("/tmp"))
+
+
+def _can_write_in(path: Path) -> bool:
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError:
+        return False
+    return True
 
 
 def _writable(path: Path) -> bool:
     """numba's own test of a cache dir: it can be created and a file made in it."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
-            pass
     except OSError:
         return False
-    return True
+    return _can_write_in(path)
 
 
 def _package_writable() -> bool:
@@ -65,17 +90,80 @@ def user_cache_dirs() -> list[Path]:
     return dirs
 
 
-_private: str | None = None
+def shared_tmp_dirs() -> list[Path]:
+    """This user's candidates in the shared temporary dirs, in order: ``$TMPDIR`` first when it
+    is set (absolute: a relative one would move with the working dir), then ``SHARED_TMP``."""
+    tmpdir = os.environ.get("TMPDIR", "")
+    bases = [Path(tmpdir)] if os.path.isabs(tmpdir) else []
+    name = f"cleanerd-numba-{os.geteuid()}"
+    return [base / name for base in dict.fromkeys([*bases, *SHARED_TMP])]
 
 
-def private_dir() -> str | None:
-    """The temporary cache dir of this process when no other was writable (else None)."""
-    return _private
+def _claim(path: Path) -> str | None:
+    """Make ``path`` this user's private dir if it is absent; then why it must not be used
+    (None: absent, or a dir only this user can change)."""
+    with contextlib.suppress(OSError):  # exists, or cannot be made: lstat tells which
+        os.mkdir(path, 0o700)
+    try:
+        st = os.lstat(path)
+        parent = os.stat(path.parent)  # following a symlinked /tmp is fine: its target counts
+    except OSError:
+        return None  # could not be made: not writable, the caller's probe says so
+    me = os.geteuid()
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if st.st_uid != me:
+        return f"it is owned by uid {st.st_uid}, not {me}"
+    if mode & 0o077:
+        return f"its mode {mode:04o} lets group or others in (want 0700)"
+    # whoever may rename entries of the parent could swap the dir for theirs after this check
+    if parent.st_uid not in (0, me):
+        return f"others can replace it: {path.parent} is owned by uid {parent.st_uid}"
+    if parent.st_mode & 0o022 and not parent.st_mode & stat.S_ISVTX:
+        return f"others can replace it: {path.parent} is writable by them with no sticky bit"
+    return None
+
+
+@dataclass(frozen=True)
+class TemporaryCache:
+    """The cache dir of a process that found no dir to keep one in, and why."""
+
+    path: str
+    why: str
+
+
+_temporary: TemporaryCache | None = None
+
+
+def temporary_cache() -> TemporaryCache | None:
+    """This process's cache dir when it is removed at exit (None when the cache is kept)."""
+    return _temporary
 
 
 def _remove(path: str, owner: int) -> None:
     if os.getpid() == owner:  # not in a forked child that inherited the handler
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _choose(why: list[str], refused: list[str]) -> Path | None:
+    """The first usable candidate after numba's own; each one passed over is added to ``why``,
+    or to ``refused`` when it exists and is unsafe."""
+    candidates = user_cache_dirs()
+    for candidate in candidates:
+        if _writable(candidate):
+            return candidate
+    why += [f"{c} is not writable" for c in candidates] or ["no HOME"]
+    for candidate in shared_tmp_dirs():
+        if problem := _claim(candidate):
+            refused.append(f"refused {candidate}: {problem}")
+        elif _can_write_in(candidate):
+            return candidate
+        else:
+            why.append(f"{candidate} is not writable")
+    return None
 
 
 def configure_numba_cache() -> str | None:
@@ -90,20 +178,22 @@ def configure_numba_cache() -> str | None:
         if _package_writable():
             return None
         why = [f"{_PACKAGE} is read-only"]
-    candidates = user_cache_dirs()
-    for candidate in candidates:
-        if _writable(candidate):
-            os.environ["NUMBA_CACHE_DIR"] = str(candidate)
-            if explicit:
-                return _warn(f"{why[0]}; compiled kernels go to {candidate} instead")
-            return None
-    why += [f"{c} is not writable" for c in candidates] or ["no HOME"]
-    global _private  # noqa: PLW0603 (one per process, like the environment variable it mirrors)
-    private = _private = tempfile.mkdtemp(prefix="cleanerd-numba-")  # mode 0700
+    refused: list[str] = []
+    chosen = _choose(why, refused)
+    if chosen is not None:
+        os.environ["NUMBA_CACHE_DIR"] = str(chosen)
+        # silent unless a dir was asked for, or one looked planted: then say where kernels go
+        notes = why[:1] if explicit else []
+        if notes or refused:
+            return _warn(f"{'; '.join(notes + refused)}; compiled kernels go to {chosen} instead")
+        return None
+    global _temporary  # noqa: PLW0603 (one per process, like the environment variable it mirrors)
+    private = tempfile.mkdtemp(prefix="cleanerd-numba-")  # mode 0700
+    _temporary = TemporaryCache(private, "; ".join(why + refused))
     atexit.register(_remove, private, os.getpid())
     os.environ["NUMBA_CACHE_DIR"] = private
     return _warn(
-        f"no writable numba cache dir ({'; '.join(why)}): kernels are compiled into {private}, "
+        f"no writable numba cache dir ({_temporary.why}): kernels are compiled into {private}, "
         "removed at exit, so each run compiles them again. Fix: set NUMBA_CACHE_DIR to a "
         "writable dir and run `cleanerd warmup` once with it."
     )

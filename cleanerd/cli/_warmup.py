@@ -7,6 +7,10 @@ writable buffer are two signatures), it runs the real code paths on small genera
 temporary dir: every codec, every strategy, multi-pass cleaning with a tiny offset map, the
 tombstone and marker sweep, transactions, index rebuilds, verify and dump. Whatever numba
 compiles on the way is what a command would compile on its first run.
+
+It fills the cache that later commands with the same environment choose
+(``cleanerd._jitcache``), and says which. When no cache can be kept for this user, compiling
+would be thrown away at exit: it compiles nothing and says why, exiting 1.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 import click
 import numpy as np
 
-from cleanerd._jitcache import private_dir
+from cleanerd._jitcache import temporary_cache
 from cleanerd.cli._options import format_option
 from cleanerd.compaction import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory, compile_clock
 from cleanerd.format import index_batches, scan_batches
@@ -170,7 +174,7 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
         seconds=time.perf_counter() - started,
         cache_hits=_cache_hits(),
         cache_dir=os.environ.get("NUMBA_CACHE_DIR") or "next to the package (__pycache__)",
-        kept=private_dir() is None,
+        kept=temporary_cache() is None,
         runs=runs,
     )
 
@@ -196,12 +200,21 @@ def warmup(fmt: str) -> None:
 
     Runs the real code paths (every codec and strategy, multi-pass cleaning, sweeps,
     transactions, index rebuilds, verify, dump, and with the spark extra the Arrow columns of
-    `cleanerd spark`) on small logs in a temporary dir. The cache
-    is the first writable of: NUMBA_CACHE_DIR, next to the package, $CACHE_DIRECTORY/numba
-    (systemd's CacheDirectory=), $XDG_CACHE_HOME/cleanerd/numba or ~/.cache/cleanerd/numba.
-    A second run compiles nothing. Run it with the environment the commands will have: in the
-    image build, or as systemd's ExecStartPre=.
+    `cleanerd spark`) on small logs in a temporary dir. The cache is the first writable of:
+    NUMBA_CACHE_DIR, next to the package, $CACHE_DIRECTORY/numba (systemd's CacheDirectory=),
+    $XDG_CACHE_HOME/cleanerd/numba or ~/.cache/cleanerd/numba, then this user's own
+    cleanerd-numba-UID in $TMPDIR, /var/tmp or /tmp (mode 0700; refused if anyone else could
+    change it). The report names it; a second run compiles nothing. Run it with the
+    environment the commands will have: in the image build, or as systemd's ExecStartPre=.
+    When no cache can be kept it compiles nothing and exits 1, saying why.
     """
+    temporary = temporary_cache()
+    if temporary is not None:
+        raise click.ClickException(
+            f"compiled nothing: no kernel cache can be kept for this user ({temporary.why}), "
+            f"and {temporary.path} is removed at exit. Set NUMBA_CACHE_DIR to a dir this user "
+            "can write and run `cleanerd warmup` again with it."
+        )
     verbose = fmt == "text" and sys.stderr.isatty()
     with tempfile.TemporaryDirectory(prefix="cleanerd-warmup-") as tmp:
         report = warm(Path(tmp), say=lambda s: click.echo(s, err=True) if verbose else None)
@@ -211,11 +224,5 @@ def warmup(fmt: str) -> None:
     click.echo(
         f"compiled {len(report.compiled)} kernels in {report.compile_seconds:.1f} s "
         f"({report.cache_hits} loaded from cache; {report.seconds:.1f} s in all); "
-        f"cache: {report.cache_dir}"
+        f"cache: {report.cache_dir}, kept for later runs"
     )
-    if not report.kept:
-        click.echo(
-            "warning: that cache is temporary and was removed: nothing is kept for later runs "
-            "(set NUMBA_CACHE_DIR to a writable dir)",
-            err=True,
-        )

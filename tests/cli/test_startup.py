@@ -16,8 +16,10 @@ from pathlib import Path
 
 import click
 import pytest
+from click.testing import CliRunner
 
-from cleanerd.cli import COMMANDS, cli
+from cleanerd import _jitcache
+from cleanerd.cli import COMMANDS, _warmup, cli
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -115,6 +117,37 @@ def test_after_warmup_commands_compile_nothing(
         if args[1:3] == (str(logdir), "--roll-active"):  # the first compaction: work done
             assert summary["records_out"] < summary["records_in"]
     assert _cache_files(cache) == before
+
+
+def _no_warm(*_: object, **__: object) -> _warmup.WarmupReport:
+    raise AssertionError("warm() ran: it compiles for a minute or more")
+
+
+def test_warmup_says_where_the_cache_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    report = _warmup.WarmupReport([], 0.0, 0.5, 34, "/var/tmp/cleanerd-numba-65534", ["none: ..."])
+    monkeypatch.setattr(_jitcache, "_temporary", None)
+    monkeypatch.setattr(_warmup, "warm", lambda *_, **__: report)
+    result = CliRunner().invoke(cli, ["warmup"])
+    assert result.exit_code == 0, result.output
+    assert "cache: /var/tmp/cleanerd-numba-65534, kept for later runs" in result.stdout
+
+
+def test_warmup_with_no_cache_to_keep_compiles_nothing_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It used to compile for 99 s into a temporary dir and then delete it."""
+    why = "/nonexistent/.cache/cleanerd/numba is not writable; /var/tmp/... is not writable"
+    temporary = _jitcache.TemporaryCache("/tmp/cleanerd-numba-x", why)
+    monkeypatch.setattr(_jitcache, "_temporary", temporary)
+    monkeypatch.setattr(_warmup, "warm", _no_warm)
+    for fmt in ("text", "json"):
+        result = CliRunner().invoke(cli, ["warmup", "--format", fmt])
+        assert result.exit_code == 1, result.output
+        assert result.stdout == ""
+        assert "compiled nothing" in result.stderr
+        assert why in result.stderr
+        assert "/tmp/cleanerd-numba-x is removed at exit" in result.stderr
+        assert "NUMBA_CACHE_DIR" in result.stderr
 
 
 def _imported(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
