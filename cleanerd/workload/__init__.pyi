@@ -8,6 +8,7 @@ from ._generator import (
     write_partition as write_partition,
 )
 from ._live import LiveWriter as LiveWriter
+from ._pacing import Pacer as Pacer, run_paced as run_paced
 from ._spec import (
     CLEANUP_POLICIES as CLEANUP_POLICIES,
     DEFAULT_START_TIMESTAMP as DEFAULT_START_TIMESTAMP,
