@@ -22,7 +22,6 @@ from cleanerd.cli._options import format_option
 from cleanerd.cli._tables import table_console
 from cleanerd.storage import StorageError
 from cleanerd.workload import (
-    CLEANUP_POLICIES,
     DEFAULT_START_TIMESTAMP,
     KEY_DISTRIBUTIONS,
     TIMESTAMP_MODES,
@@ -81,11 +80,6 @@ _OPTIONS = [
     _opt("--segment-bytes", "Roll segments at this size (segment.bytes).", type=int),
     _opt("--index-interval-bytes", "Offset/time index interval (index.interval.bytes).", type=int),
     _opt("--seed", "Random seed; equal seeds and options write byte-identical logs.", type=int),
-    _opt(
-        "--cleanup-policy",
-        "cleanup.policy to report (there is no topic config store yet: not written to disk).",
-        type=click.Choice(CLEANUP_POLICIES),
-    ),
     _opt("--append", "Add to partitions that already hold data instead of refusing.", is_flag=True),
 ]
 
@@ -191,8 +185,7 @@ def _print_table(result: WorkloadResult, expected_file: Path | None) -> None:
         console.print(f"({len(parts) - len(shown)} more partitions: see --format json)")
     console.print(
         f"{result.records:,} records in {result.elapsed_s:.2f} s "
-        f"({result.records_per_s:,.0f} records/s); codec {spec.codec}, seed {spec.seed}, "
-        f"cleanup.policy {spec.cleanup_policy} (reported only: no topic config store yet)",
+        f"({result.records_per_s:,.0f} records/s); codec {spec.codec}, seed {spec.seed}",
         highlight=False,
     )
     if expected_file is not None:

@@ -142,7 +142,6 @@ class WorkloadResult:
             "generator": GENERATOR,
             "logdir": self.logdir,
             "topic": self.spec.topic,
-            "cleanup_policy": self.spec.cleanup_policy,
             "params": self.spec.params(),
             "records": self.records,
             "elapsed_s": round(self.elapsed_s, 3),
@@ -155,7 +154,6 @@ class WorkloadResult:
         return {
             "generator": GENERATOR,
             "topic": self.spec.topic,
-            "cleanup_policy": self.spec.cleanup_policy,
             "params": self.spec.params(),
             "strategy": "offset",
             "partitions": {str(p.partition): p.expected_json() for p in self.partitions},
