@@ -5,7 +5,6 @@ from ._generator import (
     check_target as check_target,
     generate as generate,
     partition_dirs as partition_dirs,
-    write_partition as write_partition,
 )
 from ._live import LiveWriter as LiveWriter
 from ._pacing import Pacer as Pacer, run_paced as run_paced

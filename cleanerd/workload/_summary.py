@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cleanerd.workload._pacing import Ending
 from cleanerd.workload._spec import WorkloadSpec
 from cleanerd.workload._survivors import Survivor, survivors_json
 
@@ -127,10 +128,16 @@ class WorkloadResult:
     spec: WorkloadSpec
     partitions: list[PartitionResult]
     elapsed_s: float
+    ended: Ending = "done"  # "stopped": by a signal; "deadline": --duration passed
+    beside: bool = False  # written beside a running daemon (its .lock left to it)
 
     @property
     def records(self) -> int:
         return sum(p.records for p in self.partitions)
+
+    @property
+    def batches(self) -> int:
+        return sum(p.batches for p in self.partitions)
 
     @property
     def records_per_s(self) -> float:
@@ -144,6 +151,9 @@ class WorkloadResult:
             "topic": self.spec.topic,
             "params": self.spec.params(),
             "records": self.records,
+            "batches": self.batches,
+            "ended": self.ended,
+            "beside_daemon": self.beside,
             "elapsed_s": round(self.elapsed_s, 3),
             "records_per_s": round(self.records_per_s),
             "partitions": [p.to_json() for p in self.partitions],

@@ -381,6 +381,9 @@ def test_json_summary_and_expected_file(tmp_path: Path) -> None:
     doc = summary(tmp_path / "log", *args, "--expected", expected_file)
     assert doc["topic"] == "demo"
     assert doc["records"] == 4000
+    assert doc["batches"] == 200
+    assert doc["ended"] == "done"
+    assert doc["beside_daemon"] is False
     assert isinstance(doc["params"], dict)
     assert doc["params"]["records"] == 2000
     parts = doc["partitions"]
@@ -408,6 +411,7 @@ def test_text_output_is_a_table(tmp_path: Path) -> None:
     out = ok(tmp_path, *SMALL, "--transactional-producers", "1").output
     for word in ("demo-0", "records", "tombstones", "aborts", "expected survivors"):
         assert word in out
+    assert "2,000 records in 100 batches to 1 partition in" in out
 
 
 def test_tracker_strategies_and_transactions() -> None:
@@ -444,33 +448,3 @@ def test_real_process(tmp_path: Path) -> None:
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, timeout=120, check=False)
     assert again.returncode == 1
     assert "--append" in again.stderr
-
-
-def test_gen_refuses_a_log_dir_locked_by_another_process(tmp_path: Path) -> None:
-    """A broker holds ``.lock`` with a POSIX record lock; gen must not write under it."""
-    logdir = tmp_path / "logs"
-    logdir.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, sys, time\n"
-            f"f = open({str(logdir / '.lock')!r}, 'a+')\n"
-            "fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-            "print('locked', flush=True)\n"
-            "time.sleep(30)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        result = CliRunner().invoke(gen, [str(logdir), "--records", "10"])
-        assert result.exit_code == 1
-        assert "lock" in result.output.lower()
-        assert str(holder.pid) in result.output
-        assert not (logdir / "demo-0").exists()
-    finally:
-        holder.kill()
-        holder.wait()

@@ -7,10 +7,11 @@ assertion is about the exact instant a batch was written.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
-from cleanerd.workload import Pacer, run_paced
+from cleanerd.workload import Pacer, WorkloadSpec, generate, run_paced
 from tests.support.fake_clock import FakeClock
 
 START = 1000.0
@@ -128,3 +129,35 @@ def test_bad_rates_are_refused() -> None:
         Pacer(0.0)
     with pytest.raises(ValueError, match="duration"):
         Pacer(10.0, -1.0)
+
+
+def test_gen_paces_round_robin_over_the_partitions(tmp_path: Path) -> None:
+    """``generate`` at 1000 records/s for 1 s in batches of 100: ten batches, one every
+    0.1 s, alternating between the two partitions (a stream feeds every partition)."""
+    clock = FakeClock(START)
+    seen: list[tuple[float, int]] = []
+
+    def progress(partition: int, written: int) -> None:
+        seen.append((round(clock.now - START, 6), partition))
+
+    spec = WorkloadSpec(partitions=2, records=10, keys=20, records_per_batch=100)
+    result = generate(
+        tmp_path, spec, progress, rate=1000.0, duration_s=1.0, clock=clock, wait=clock.wait
+    )
+    assert result.ended == "deadline"
+    assert [t for t, _ in seen] == pytest.approx([i / 10 for i in range(10)])
+    assert [p for _, p in seen] == [0, 1] * 5
+    # --duration: --records (10) is no limit, each partition got 5 batches of 100
+    assert [p.records for p in result.partitions] == [500, 500]
+    assert result.batches == 10
+
+
+def test_gen_with_a_rate_stops_at_the_record_count(tmp_path: Path) -> None:
+    clock = FakeClock(START)
+    spec = WorkloadSpec(partitions=3, records=250, keys=20, records_per_batch=100)
+    result = generate(tmp_path, spec, rate=600.0, clock=clock, wait=clock.wait)
+    assert result.ended == "done"
+    assert [p.records for p in result.partitions] == [250, 250, 250]
+    assert result.batches == 9  # 100 + 100 + 50 each
+    # the last batch (records 700..749 of 750) was due at 700 / 600 s, and nothing after it
+    assert clock.now - START == pytest.approx(700 / 600)
