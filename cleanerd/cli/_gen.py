@@ -1,15 +1,20 @@
 """``cleanerd gen LOGDIR``: write a seeded, reproducible workload and say what was written.
 
-Only option parsing and presentation live here; ``cleanerd.workload`` does the writing, so tests
-and benchmarks produce exactly what this command produces.
+Only option parsing, signals and presentation live here; ``cleanerd.workload`` does the
+writing, so tests and benchmarks produce exactly what this command produces.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import click
@@ -22,7 +27,6 @@ from cleanerd.cli._options import format_option
 from cleanerd.cli._tables import table_console
 from cleanerd.storage import StorageError
 from cleanerd.workload import (
-    CLEANUP_POLICIES,
     DEFAULT_START_TIMESTAMP,
     KEY_DISTRIBUTIONS,
     TIMESTAMP_MODES,
@@ -81,13 +85,9 @@ _OPTIONS = [
     _opt("--segment-bytes", "Roll segments at this size (segment.bytes).", type=int),
     _opt("--index-interval-bytes", "Offset/time index interval (index.interval.bytes).", type=int),
     _opt("--seed", "Random seed; equal seeds and options write byte-identical logs.", type=int),
-    _opt(
-        "--cleanup-policy",
-        "cleanup.policy to report (there is no topic config store yet: not written to disk).",
-        type=click.Choice(CLEANUP_POLICIES),
-    ),
     _opt("--append", "Add to partitions that already hold data instead of refusing.", is_flag=True),
 ]
+_POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 def _with_options(func: Any) -> Any:
@@ -106,19 +106,60 @@ def _with_options(func: Any) -> Any:
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="Also write the expected survivors (fixture expected.json layout) to this file.",
 )
-def gen(logdir: Path, output_format: str, expected_file: Path | None, **options: Any) -> None:
+@click.option(
+    "--rate",
+    type=_POSITIVE,
+    default=None,
+    help="Records per second, all partitions together, paced against the start time; batches "
+    "go round-robin over the partitions. [default: as fast as it can]",
+)
+@click.option(
+    "--duration",
+    type=_POSITIVE,
+    default=None,
+    help="Keep writing for this many seconds (--records is then no limit). [default: write "
+    "--records per partition once]",
+)
+def gen(
+    logdir: Path,
+    output_format: str,
+    expected_file: Path | None,
+    rate: float | None,
+    duration: float | None,
+    **options: Any,
+) -> None:
     """Write a deterministic workload into LOGDIR through the storage append path.
 
     Records, keys, tombstones, headers, codecs, idempotent and transactional producers (COMMIT
     and ABORT markers), version headers and shuffled timestamps, all from --seed. Prints what
     was written and, per key, the record a full clean under the offset strategy keeps.
+
+    Feeding a running daemon: when `cleanerd run` holds LOGDIR, gen writes beside it under
+    the writer contract (each partition's writer lock, never the log dir's .lock), and new
+    partitions appear whole. A log dir held by anything else (a Kafka broker, `cleanerd
+    compact`, another gen) is refused, and a stream stops if such a process takes the dir.
+    When nobody holds LOGDIR, gen holds it for the run: start the daemon first. For example:
+
+    \b
+      cleanerd gen /srv/logs --topic orders --partitions 3 --append --rate 2000 --duration 60
+
+    Ctrl-C or SIGTERM stops at the next batch boundary: open transactions are closed as at a
+    normal end, and the summary says what was written.
     """
     try:
         spec = WorkloadSpec(**options)
     except WorkloadError as e:
         raise click.BadParameter(e.message, param_hint=f"'{e.flag}'") from None
     try:
-        result = _run(logdir, spec, show_progress=output_format == "text")
+        with _stop_on_signals() as stop:
+            result = _run(
+                logdir,
+                spec,
+                show_progress=output_format == "text",
+                rate=rate,
+                duration_s=duration,
+                stop=stop,
+            )
     except WorkloadError as e:
         raise click.ClickException(e.message) from None
     except (StorageError, OSError) as e:
@@ -131,10 +172,45 @@ def gen(logdir: Path, output_format: str, expected_file: Path | None, **options:
         _print_table(result, expected_file)
 
 
-def _run(logdir: Path, spec: WorkloadSpec, *, show_progress: bool) -> WorkloadResult:
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[threading.Event]:
+    """SIGINT and SIGTERM set the event (the run ends at its next batch boundary); a second
+    one acts as it would have without this, so a stuck run can still be interrupted."""
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop  # only the main thread may install handlers (an embedding caller's)
+        return
+    signals = (signal.SIGINT, signal.SIGTERM)
+    # None: a handler not set from Python, which cannot be put back; the default stands in
+    previous = {int(sig): signal.getsignal(sig) or signal.SIG_DFL for sig in signals}
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+        signal.signal(signum, previous[signum])
+
+    for sig in signals:
+        signal.signal(sig, on_signal)
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _run(
+    logdir: Path,
+    spec: WorkloadSpec,
+    *,
+    show_progress: bool,
+    rate: float | None,
+    duration_s: float | None,
+    stop: threading.Event,
+) -> WorkloadResult:
     """Generate, with a progress bar on stderr when it is a terminal and the run is big."""
-    if not (show_progress and sys.stderr.isatty() and spec.records >= 200_000):
-        return generate(logdir, spec)
+    write = functools.partial(generate, logdir, spec, rate=rate, duration_s=duration_s, stop=stop)
+    big = spec.records >= 200_000 and duration_s is None
+    if not (show_progress and sys.stderr.isatty() and big):
+        return write()
     columns = (BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("gen", total=spec.records * spec.partitions)
@@ -145,7 +221,7 @@ def _run(logdir: Path, spec: WorkloadSpec, *, show_progress: bool) -> WorkloadRe
             if written % (20 * spec.records_per_batch) == 0 or written == spec.records:
                 bar.update(task, completed=sum(done.values()))
 
-        return generate(logdir, spec, progress=update)
+        return write(progress=update)
 
 
 _MAX_COLUMNS = 6  # partitions shown side by side; the total column covers the rest
@@ -189,10 +265,13 @@ def _print_table(result: WorkloadResult, expected_file: Path | None) -> None:
     console.print(table)
     if len(parts) > len(shown):
         console.print(f"({len(parts) - len(shown)} more partitions: see --format json)")
+    how = {"done": "", "deadline": ", --duration reached", "stopped": ", stopped by a signal"}
     console.print(
-        f"{result.records:,} records in {result.elapsed_s:.2f} s "
-        f"({result.records_per_s:,.0f} records/s); codec {spec.codec}, seed {spec.seed}, "
-        f"cleanup.policy {spec.cleanup_policy} (reported only: no topic config store yet)",
+        f"{result.records:,} records in {result.batches:,} batches to {len(parts)} "
+        f"partition{'s' if len(parts) != 1 else ''} in {result.elapsed_s:.2f} s "
+        f"({result.records_per_s:,.0f} records/s{how[result.ended]}); codec {spec.codec}, "
+        f"seed {spec.seed}"
+        + ("; written beside the daemon holding the log dir" if result.beside else ""),
         highlight=False,
     )
     if expected_file is not None:

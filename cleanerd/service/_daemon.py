@@ -282,7 +282,9 @@ class Daemon:
             if any(h.is_locked and h.path.resolve() == path.resolve() for h in self._held):
                 continue
             lock = LogDir(path)
-            lock.lock()  # StorageError names the holder's PID
+            # StorageError names the holder's PID; writers under the writer contract (gen)
+            # may append beside the daemon, and the writers' lock tells them so
+            lock.lock(welcome_writers=True)
             self._locks.append(lock)
 
     def _install_signals(self) -> None:

@@ -22,7 +22,11 @@ from ._chunks import (
     iter_chunks as iter_chunks,
     release as release,
 )
-from ._errors import CorruptIndexError as CorruptIndexError, StorageError as StorageError
+from ._errors import (
+    CorruptIndexError as CorruptIndexError,
+    LogDirLockedError as LogDirLockedError,
+    StorageError as StorageError,
+)
 from ._files import (
     CLEANED_SUFFIX as CLEANED_SUFFIX,
     DELETED_SUFFIX as DELETED_SUFFIX,
@@ -42,7 +46,10 @@ from ._kept_maps import MAPS as MAPS
 from ._log_view import ReadOnlyLog as ReadOnlyLog
 from ._logdir import (
     LOCK_FILE as LOCK_FILE,
+    WRITERS_LOCK_FILE as WRITERS_LOCK_FILE,
+    Holding as Holding,
     LogDir as LogDir,
+    LogDirHolder as LogDirHolder,
     parse_partition_dir_name as parse_partition_dir_name,
 )
 from ._partition import PartitionLog as PartitionLog, wall_clock_ms as wall_clock_ms

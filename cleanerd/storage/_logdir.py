@@ -6,11 +6,18 @@ Kafka holds ``<logdir>/.lock`` with Java ``FileChannel.tryLock``, which on Linux
 run while anyone else holds it. POSIX locks belong to the process and are dropped when *any*
 descriptor of the file is closed, so nothing else in this process may open ``.lock``; this
 module also refuses to lock the same file twice from one process for the same reason.
+
+``.lock`` cannot say who holds it: Kafka writes nothing in it, and the holder's pid may be
+reused or belong to another pid namespace. So a holder that lets writers following the writer
+contract append beside it (the daemon) also holds ``.cleanerd-writers.lock`` with ``flock`` for
+as long as it holds ``.lock``; the kernel drops both when it dies, so neither can go stale.
+:meth:`LogDir.holder` reads both without taking either.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import errno
 import fcntl
 import os
@@ -19,6 +26,7 @@ import struct
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from cleanerd.storage._checkpoints import (
@@ -39,7 +47,9 @@ from cleanerd.storage._topic_partition import (
 
 __all__ = [
     "LOCK_FILE",
+    "WRITERS_LOCK_FILE",
     "LogDir",
+    "LogDirHolder",
     "TopicPartition",
     "parse_partition_dir_name",
     "partition_of",
@@ -47,14 +57,17 @@ __all__ = [
 ]
 
 LOCK_FILE = ".lock"
+WRITERS_LOCK_FILE = ".cleanerd-writers.lock"
+"""``flock``-held beside ``.lock`` by a holder that welcomes contract writers (module doc)."""
 DELETE_DIR_SUFFIX = "-delete"
 FUTURE_DIR_SUFFIX = "-future"
 STRAY_DIR_SUFFIX = "-stray"
 _SPECIAL_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX)
 _PARTITION = re.compile(r"0|[1-9][0-9]*")
 
-# Lock files (st_dev, st_ino) this process holds; see the module docstring for why.
-_held: set[tuple[int, int]] = set()
+# Lock files (st_dev, st_ino) this process holds, and whether it welcomes writers beside it;
+# see the module docstring for why.
+_held: dict[tuple[int, int], bool] = {}
 _held_guard = threading.Lock()
 
 
@@ -98,8 +111,15 @@ def partition_of(directory: Path) -> TopicPartition:
 
 def _lock_holder_pid(fd: int) -> int | None:
     """Ask the kernel (F_GETLK) which process holds a conflicting lock; None if unknown."""
+    pid = _conflicting_lock(fd)
+    return pid if pid else None
+
+
+def _conflicting_lock(fd: int) -> int | None:
+    """F_GETLK: None when nobody else holds a lock on the file, else the holder's pid (0 when the
+    kernel does not say, or this is not 64-bit Linux, where the layout below is not known)."""
     if not sys.platform.startswith("linux") or struct.calcsize("P") != 8:
-        return None
+        return 0
     # struct flock on 64-bit Linux: short l_type, short l_whence, off_t l_start, off_t l_len,
     # pid_t l_pid (+ padding). Pass a roomy buffer so the kernel's copy never overruns it.
     layout = "@hhqqi"
@@ -107,11 +127,51 @@ def _lock_holder_pid(fd: int) -> int | None:
     try:
         answer = fcntl.fcntl(fd, fcntl.F_GETLK, query)
     except OSError:
-        return None
+        return 0
     lock_type, _whence, _start, _length, pid = struct.unpack_from(layout, answer)
-    if lock_type == fcntl.F_UNLCK or pid <= 0:  # released meanwhile, OFD lock, other pid ns
+    if lock_type == fcntl.F_UNLCK:
         return None
-    return int(pid)
+    return max(int(pid), 0)  # 0: an OFD lock, or a holder in another pid namespace
+
+
+def _writers_welcome(path: Path) -> bool:
+    """Whether some live process holds ``path`` with ``flock`` (only welcoming holders do).
+
+    The probe asks for a shared lock: two probes never see each other as a holder."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot open: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot lock: {exc.strerror}") from exc
+    finally:
+        os.close(fd)  # closing lets go of the probe's own shared lock
+    return False
+
+
+class Holding(enum.Enum):
+    """Who holds a log dir's ``.lock``, as far as writers beside it are concerned."""
+
+    FREE = "free"
+    WELCOMING = "welcoming"  # a cleanerd daemon: writers under the writer contract may append
+    EXCLUSIVE = "exclusive"  # a broker, ``cleanerd compact``, another ``gen``, or unknown
+
+
+@dataclass(frozen=True)
+class LogDirHolder:
+    """:meth:`LogDir.holder`'s answer; ``pid`` when the kernel named the holder."""
+
+    holding: Holding
+    pid: int | None = None
+
+    def describe(self) -> str:
+        return f"process {self.pid}" if self.pid is not None else "another process"
 
 
 class LogDir:
@@ -125,6 +185,7 @@ class LogDir:
             raise StorageError(f"log dir {self._path} is not a directory")
         self._lock_fd: int | None = None
         self._lock_key: tuple[int, int] | None = None
+        self._writers_fd: int | None = None  # WRITERS_LOCK_FILE, while welcoming writers
 
     def __repr__(self) -> str:
         return f"LogDir({str(self._path)!r})"
@@ -163,6 +224,10 @@ class LogDir:
         return self._path / LOCK_FILE
 
     @property
+    def writers_lock_file(self) -> Path:
+        return self._path / WRITERS_LOCK_FILE
+
+    @property
     def cleaner_offset_checkpoint(self) -> Path:
         return self._path / CLEANER_OFFSET_CHECKPOINT
 
@@ -191,10 +256,12 @@ class LogDir:
         """True while this object holds the lock."""
         return self._lock_fd is not None
 
-    def lock(self) -> None:
+    def lock(self, *, welcome_writers: bool = False) -> None:
         """Take ``.lock`` exactly like a broker would, or raise LogDirLockedError.
 
         The file is created if missing and never truncated or deleted: the broker owns it too.
+        ``welcome_writers`` (the daemon) also holds :data:`WRITERS_LOCK_FILE`, which tells
+        writers following the writer contract that they may append beside this holder.
         """
         with _held_guard:
             if self._lock_fd is not None:
@@ -229,8 +296,62 @@ class LogDir:
                     " Kafka broker or another cleanerd owns this log dir, and cleanerd must not"
                     " touch it while that process runs; stop it first"
                 ) from None
+            if welcome_writers:
+                try:
+                    self._writers_fd = self._welcome()
+                except BaseException:
+                    os.close(fd)  # drops the lock just taken
+                    raise
             self._lock_fd, self._lock_key = fd, key
-            _held.add(key)
+            _held[key] = welcome_writers
+
+    def _welcome(self) -> int:
+        """Hold WRITERS_LOCK_FILE (a probe's shared lock lasts a moment: wait for it)."""
+        path = self.writers_lock_file
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StorageError(
+                f"log dir {self._path}: cannot open {path.name}: {exc.strerror}"
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(
+                f"log dir {self._path}: cannot lock {path.name}: {exc.strerror}"
+            ) from exc
+        return fd
+
+    def holder(self) -> LogDirHolder:
+        """Who holds ``.lock`` now, found without taking it: probing by locking would, for an
+        instant, make a broker starting then refuse the dir."""
+        with _held_guard:
+            with contextlib.suppress(FileNotFoundError):
+                st = os.stat(self.lock_file)
+                welcoming = _held.get((st.st_dev, st.st_ino))
+                if welcoming is not None:  # this process: opening .lock would drop its lock
+                    kind = Holding.WELCOMING if welcoming else Holding.EXCLUSIVE
+                    return LogDirHolder(kind, os.getpid())
+            try:
+                fd = os.open(self.lock_file, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return LogDirHolder(Holding.FREE)
+            except OSError as exc:
+                raise StorageError(
+                    f"log dir {self._path}: cannot open {LOCK_FILE}: {exc.strerror}"
+                ) from exc
+            try:
+                # The writers' lock first: a welcoming holder takes it after .lock and lets go
+                # of it before, so once it is seen held, .lock is held by the same process
+                # (and still held when looked at next, unless that process is leaving).
+                welcome = _writers_welcome(self.writers_lock_file)
+                pid = _conflicting_lock(fd)
+            finally:
+                os.close(fd)
+        if pid is None:
+            return LogDirHolder(Holding.FREE)
+        return LogDirHolder(Holding.WELCOMING if welcome else Holding.EXCLUSIVE, pid or None)
 
     def unlock(self) -> None:
         """Release the lock; a no-op when not locked, so it is safe in ``finally`` blocks."""
@@ -240,7 +361,10 @@ class LogDir:
                 return
             self._lock_fd = self._lock_key = None
             if key is not None:
-                _held.discard(key)
+                _held.pop(key, None)
+            writers, self._writers_fd = self._writers_fd, None
+            if writers is not None:  # before .lock: see holder()
+                os.close(writers)
             try:
                 with contextlib.suppress(OSError):
                     fcntl.lockf(fd, fcntl.LOCK_UN)

@@ -9,12 +9,20 @@ with what they did (``segment_list``); letting go writes our buffered index entr
 Every append path (records, transaction markers, ready-made batches as a replica appends them)
 goes through ``_append_tracked``, which keeps the open transactions and writes the ``.txnindex``
 entry of each ABORT marker after the marker is in the log, as Kafka's append path does.
+
+Opening recovers interrupted swaps, which is the owner's job: a writer beside a running daemon
+opens with ``recover=False``, since a ``.cleaned`` file there may be a cleaning in progress
+(written outside the writer lock; only its swap takes it).
 """
 
 from __future__ import annotations
 
 import bisect
+import errno
+import os
+import shutil
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,10 +48,11 @@ from cleanerd.storage._checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
     checkpointed_offset,
+    fsync_dir,
 )
 from cleanerd.storage._errors import StorageError
 from cleanerd.storage._leader_epoch import LeaderEpochCache
-from cleanerd.storage._logdir import partition_of
+from cleanerd.storage._logdir import DELETE_DIR_SUFFIX, parse_partition_dir_name, partition_of
 from cleanerd.storage._producer_state import (
     ProducerEntry,
     ProducerSnapshot,
@@ -97,6 +106,7 @@ class PartitionLog:
         config: LogConfig | None = None,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        recover: bool = True,
     ) -> None:
         self.directory = Path(directory)
         self.topic_partition: TopicPartition = partition_of(self.directory)
@@ -114,7 +124,7 @@ class PartitionLog:
             self.directory, on_acquire=self._sync_segments, on_release=self._publish
         )
         with self.writer_lock:  # recovery must not race another process's swap
-            self._load()
+            self._load(recover)
             self._watch.remember()
 
     @classmethod
@@ -124,14 +134,22 @@ class PartitionLog:
         config: LogConfig | None = None,
         *,
         clock: Callable[[], int] = wall_clock_ms,
+        recover: bool = True,
     ) -> PartitionLog:
-        """Create the directory (parents too) and open it."""
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        return cls(directory, config, clock=clock)
+        """Open the partition, making its directory (parents too) first when it is missing.
+
+        A new directory appears whole, its first segment in it (``_make_partition_dir``), so
+        a daemon surveying the log dir never finds a half-made partition.
+        """
+        directory = Path(directory)
+        if not directory.is_dir():
+            _make_partition_dir(directory, config or LogConfig(), clock())
+        return cls(directory, config, clock=clock, recover=recover)
 
     # --- loading ----------------------------------------------------------------------------
-    def _load(self) -> None:
-        self.report.recovery = recover_temp_files(self.directory, self.config)
+    def _load(self, recover: bool) -> None:
+        if recover:
+            self.report.recovery = recover_temp_files(self.directory, self.config)
         bases = sorted(list_logs(self.directory))
         self.segments = [self._open_segment(base) for base in bases] or [self._first_segment()]
         self._rebuild_txn_indexes()
@@ -155,7 +173,7 @@ class PartitionLog:
             self.report.rebuilt_txn_indexes.append(path.name)
 
     def _first_segment(self) -> LogSegment:
-        start = self._checkpointed(LOG_START_OFFSET_CHECKPOINT) or 0
+        start = _log_start(self.directory.parent, self.topic_partition)
         return LogSegment.create(self.directory, start, self.config, created_ms=self.clock())
 
     def _sync_segments(self) -> None:
@@ -493,3 +511,40 @@ class PartitionLog:
 
     def __repr__(self) -> str:
         return f"PartitionLog({self.directory}, segments={len(self.segments)})"
+
+
+def _log_start(log_dir: Path, tp: TopicPartition) -> int:
+    """Where an empty partition's first segment starts: its log start checkpoint, else 0."""
+    return checkpointed_offset(log_dir, LOG_START_OFFSET_CHECKPOINT, tp) or 0
+
+
+def _make_partition_dir(directory: Path, config: LogConfig, now_ms: int) -> None:
+    """Make a missing partition dir with its first segment under a staging name, then rename it
+    into place. The staging name is Kafka's for a deleted log (``<dir>.<uuid>-delete``): the
+    daemon's survey skips it, and a broker deletes one a crash left behind (any other name
+    there would take the broker's log dir offline). When another writer made the dir first,
+    the staged one is dropped and theirs is used."""
+    tp = parse_partition_dir_name(directory.name)
+    if tp is None:
+        raise StorageError(
+            f"{directory} is not a partition directory (expected <topic>-<partition>)"
+        )
+    parent = directory.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = parent / f"{directory.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    staging.mkdir()
+    try:
+        first = LogSegment.create(staging, _log_start(parent, tp), config, created_ms=now_ms)
+        first.flush()  # the index files too
+        first.close()
+        fsync_dir(staging)
+        try:
+            os.rename(staging, directory)  # replaces only an empty dir (made by mkdir elsewhere)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise StorageError(f"{directory}: cannot create: {exc.strerror}") from exc
+        else:
+            fsync_dir(parent)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

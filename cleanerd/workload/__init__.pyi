@@ -5,11 +5,10 @@ from ._generator import (
     check_target as check_target,
     generate as generate,
     partition_dirs as partition_dirs,
-    write_partition as write_partition,
 )
 from ._live import LiveWriter as LiveWriter
+from ._pacing import Pacer as Pacer, run_paced as run_paced
 from ._spec import (
-    CLEANUP_POLICIES as CLEANUP_POLICIES,
     DEFAULT_START_TIMESTAMP as DEFAULT_START_TIMESTAMP,
     KEY_DISTRIBUTIONS as KEY_DISTRIBUTIONS,
     TIMESTAMP_MODES as TIMESTAMP_MODES,

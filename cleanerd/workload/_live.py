@@ -24,7 +24,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -35,6 +34,7 @@ from cleanerd.format import Record
 from cleanerd.storage import PartitionLog, TopicPartition, wall_clock_ms
 from cleanerd.topics import LogConfig
 from cleanerd.workload._check import MODEL_VERSION, PartitionModel
+from cleanerd.workload._pacing import Pacer, run_paced
 
 DEFAULT_TOPICS = ("live-a", "live-b")
 DEFAULT_SEGMENT_BYTES = 16 * 1024
@@ -142,37 +142,26 @@ class LiveWriter:
                 self._batch(tp)
 
     def run(self, stop: threading.Event, *, duration_s: float | None = None) -> None:
-        """Append at ``rate`` until ``stop`` is set or ``duration_s`` has passed.
-
-        Paced against the start time, not batch to batch, so a slow append is caught up on
-        instead of lowering the rate. An append error ends the loop and is kept in ``error``.
-        The duration counts only after one batch went to every partition, so even a short run
-        on a slow start (numba loading its kernels) writes to all of them.
+        """Append at ``rate`` until ``stop`` is set or ``duration_s`` has passed (paced by
+        ``run_paced``). An append error ends the loop and is kept in ``error``. The duration
+        counts only after one batch went to every partition, so even a short run on a slow
+        start (numba loading its kernels) writes to all of them.
         """
-        started = time.monotonic()
-        deadline = None if duration_s is None else started + duration_s
-        written = 0
-        while not stop.is_set():
-            now = time.monotonic()
-            if (
-                deadline is not None
-                and now >= deadline
-                and self.batches_written >= len(self.partitions)
-            ):
-                return
-            if self.rate is not None:
-                due = started + written / self.rate
-                if due > now:
-                    wait = due - now if deadline is None else min(due, deadline) - now
-                    if stop.wait(wait):
-                        return
-                    continue
+
+        def one_batch() -> int:
             try:
                 self.step(1)
             except Exception as e:
                 self.error = e
-                return
-            written += self.batch_records
+            return self.batch_records
+
+        run_paced(
+            one_batch,
+            Pacer(self.rate, duration_s),
+            stop,
+            finished=lambda: self.error is not None,
+            ready_to_end=lambda: self.batches_written >= len(self.partitions),
+        )
 
     def start(self, *, duration_s: float | None = None) -> threading.Thread:
         """Run :meth:`run` in a daemon thread; :meth:`stop` ends it."""

@@ -19,7 +19,6 @@ DEFAULT_START_TIMESTAMP = 1_700_000_000_000
 
 KEY_DISTRIBUTIONS = ("uniform", "zipf")
 TIMESTAMP_MODES = ("in-order", "shuffled")
-CLEANUP_POLICIES = ("compact", "delete", "compact,delete", "delete,compact")
 MAX_PRODUCERS = 1_000_000
 """Each producer kind owns a block of this many producer ids (see ``producers``)."""
 
@@ -69,7 +68,6 @@ class WorkloadSpec:
     segment_bytes: int = 256 * 1024
     index_interval_bytes: int = 4096
     seed: int = 42
-    cleanup_policy: str = "compact"
     append: bool = False
 
     def __post_init__(self) -> None:
@@ -112,7 +110,6 @@ class WorkloadSpec:
                 raise WorkloadError(name, f"at most {MAX_PRODUCERS}, got {value}")
         _ratio("abort_ratio", self.abort_ratio)
         _at_least("seed", self.seed, 0)
-        _one_of("cleanup_policy", self.cleanup_policy, CLEANUP_POLICIES)
         try:
             self.log_config()
         except ValueError as e:
@@ -124,16 +121,12 @@ class WorkloadSpec:
     def compression(self) -> Compression:
         return Compression.from_label(self.codec)
 
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
-
     def log_config(self) -> LogConfig:
         """The storage settings the partitions are written with."""
         return LogConfig(
             segment_bytes=self.segment_bytes,
             index_interval_bytes=self.index_interval_bytes,
-            compact=self.compact,
+            compact=True,
         )
 
     def params(self) -> dict[str, object]:

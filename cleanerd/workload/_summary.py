@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from cleanerd.workload._pacing import Ending
 from cleanerd.workload._spec import WorkloadSpec
 from cleanerd.workload._survivors import Survivor, survivors_json
 
@@ -127,10 +128,16 @@ class WorkloadResult:
     spec: WorkloadSpec
     partitions: list[PartitionResult]
     elapsed_s: float
+    ended: Ending = "done"  # "stopped": by a signal; "deadline": --duration passed
+    beside: bool = False  # written beside a running daemon (its .lock left to it)
 
     @property
     def records(self) -> int:
         return sum(p.records for p in self.partitions)
+
+    @property
+    def batches(self) -> int:
+        return sum(p.batches for p in self.partitions)
 
     @property
     def records_per_s(self) -> float:
@@ -142,9 +149,11 @@ class WorkloadResult:
             "generator": GENERATOR,
             "logdir": self.logdir,
             "topic": self.spec.topic,
-            "cleanup_policy": self.spec.cleanup_policy,
             "params": self.spec.params(),
             "records": self.records,
+            "batches": self.batches,
+            "ended": self.ended,
+            "beside_daemon": self.beside,
             "elapsed_s": round(self.elapsed_s, 3),
             "records_per_s": round(self.records_per_s),
             "partitions": [p.to_json() for p in self.partitions],
@@ -155,7 +164,6 @@ class WorkloadResult:
         return {
             "generator": GENERATOR,
             "topic": self.spec.topic,
-            "cleanup_policy": self.spec.cleanup_policy,
             "params": self.spec.params(),
             "strategy": "offset",
             "partitions": {str(p.partition): p.expected_json() for p in self.partitions},

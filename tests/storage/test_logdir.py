@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import select
 import subprocess
@@ -14,13 +15,17 @@ from pathlib import Path
 import pytest
 
 from cleanerd.storage import (
+    WRITERS_LOCK_FILE,
+    Holding,
     LogDir,
+    LogDirHolder,
     TopicPartition as TP,
     parse_partition_dir_name,
     validate_topic_name,
     write_offset_checkpoint,
 )
 from cleanerd.storage._errors import LogDirLockedError, StorageError
+from tests.support.lock_holders import holding
 from tests.support.tools import require
 
 UUID_HEX = "0123456789abcdef0123456789abcdef"
@@ -314,3 +319,51 @@ def test_lock_file_is_not_inherited_by_child_processes(tmp_path: Path) -> None:
         fd = logdir._lock_fd
         assert fd is not None
         assert not os.get_inheritable(fd)
+
+
+# --------------------------------------------------------------------------- who holds it
+
+
+def test_holder_tells_a_welcoming_daemon_from_a_broker_without_taking_the_lock(
+    tmp_path: Path,
+) -> None:
+    logdir = LogDir(tmp_path)
+    assert logdir.holder() == LogDirHolder(Holding.FREE)
+    with holding(tmp_path, "broker") as broker:
+        assert logdir.holder() == LogDirHolder(Holding.EXCLUSIVE, broker.pid)
+    assert logdir.holder() == LogDirHolder(Holding.FREE)
+    with holding(tmp_path, "daemon") as daemon:
+        assert logdir.holder() == LogDirHolder(Holding.WELCOMING, daemon.pid)
+        assert not _other_process_can_lock(tmp_path)  # looking did not let go of anything
+    # the kernel dropped both locks with the process: nothing stale says "welcoming"
+    assert (tmp_path / WRITERS_LOCK_FILE).exists()
+    assert logdir.holder() == LogDirHolder(Holding.FREE)
+    with holding(tmp_path, "broker") as broker:
+        assert logdir.holder() == LogDirHolder(Holding.EXCLUSIVE, broker.pid)
+
+
+def test_welcome_writers_holds_the_writers_lock_as_long_as_the_dir_lock(tmp_path: Path) -> None:
+    logdir = LogDir(tmp_path)
+
+    def writers_lock_held() -> bool:
+        fd = os.open(tmp_path / WRITERS_LOCK_FILE, os.O_RDONLY | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    with logdir.locked():
+        assert not writers_lock_held()  # compact and gen keep the dir to themselves
+        assert logdir.holder() == LogDirHolder(Holding.EXCLUSIVE, os.getpid())
+    logdir.lock(welcome_writers=True)
+    try:
+        assert writers_lock_held()
+        assert logdir.holder() == LogDirHolder(Holding.WELCOMING, os.getpid())
+        assert not _other_process_can_lock(tmp_path)  # holder() in-process kept the lock
+    finally:
+        logdir.unlock()
+    assert not writers_lock_held()
+    assert _other_process_can_lock(tmp_path)

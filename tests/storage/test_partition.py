@@ -17,6 +17,7 @@ from cleanerd.storage import (
     PartitionLog,
     StorageError,
     TopicPartition,
+    parse_partition_dir_name,
     write_offset_checkpoint,
 )
 from cleanerd.topics import LogConfig
@@ -325,3 +326,84 @@ def test_record_level_corruption_names_the_last_good_offset(tmp_path: Path) -> N
     assert got == [0, 1]
     assert err.value.position == pos
     assert err.value.last_good_offset == 1
+
+
+# --- beside a running daemon ---------------------------------------------------------------
+
+
+def test_a_writer_beside_the_daemon_leaves_its_cleaning_in_progress(tmp_path: Path) -> None:
+    """A ``.cleaned`` file is written outside the writer lock (only its swap takes it): a writer
+    opening the partition meanwhile must not roll it back under the cleaner."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.create(directory)
+    log.append([_rec(i) for i in range(5)])
+    log.roll()
+    log.append([_rec(5)])
+    log.close()
+    in_progress = directory / "00000000000000000000.log.cleaned"
+    in_progress.write_bytes(b"")  # the cleaner has started its output
+    beside = PartitionLog(directory, recover=False)
+    beside.append([_rec(6)])
+    assert beside.report.recovery.rolled_back == []
+    beside.close()
+    assert in_progress.exists()
+    assert [r[0] for r in _all(PartitionLog(directory, recover=False))] == list(range(7))
+    owner = PartitionLog(directory)  # the daemon's own open (no cleaning running) recovers
+    assert owner.report.recovery.rolled_back == [in_progress.name]
+    owner.close()
+    assert not in_progress.exists()
+
+
+def test_a_new_partition_dir_appears_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the first segment is made, the partition dir does not exist under its name (a
+    daemon's survey lists the log dir at any moment); the staging dir is skipped by the survey,
+    and it is gone afterwards."""
+    directory = tmp_path / "t-0"
+    write_offset_checkpoint(tmp_path / LOG_START_OFFSET_CHECKPOINT, {TopicPartition("t", 0): 42})
+    real_create = LogSegment.create
+    seen: list[tuple[bool, Path]] = []
+
+    def spy(where: Path, base: int, config: LogConfig, *, created_ms: int = 0) -> LogSegment:
+        seen.append((directory.exists(), Path(where)))
+        return real_create(where, base, config, created_ms=created_ms)
+
+    monkeypatch.setattr(LogSegment, "create", spy)
+    log = PartitionLog.create(directory)
+    monkeypatch.undo()
+    assert len(seen) == 1
+    existed, staging = seen[0]
+    assert not existed
+    assert staging.parent == tmp_path
+    assert parse_partition_dir_name(staging.name) is None  # the survey skips it
+    assert staging.name.startswith("t-0.")
+    assert staging.name.endswith("-delete")  # a broker deletes one a crash left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == [LOG_START_OFFSET_CHECKPOINT, "t-0"]
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "00000000000000000042.index",
+        "00000000000000000042.log",
+        "00000000000000000042.timeindex",
+    ]
+    log.append([_rec(0)])
+    assert log.log_end_offset == 43
+    log.close()
+
+
+def test_a_partition_dir_made_meanwhile_by_another_writer_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "t-0"
+    real_create = LogSegment.create
+
+    def racing(where: Path, base: int, config: LogConfig, *, created_ms: int = 0) -> LogSegment:
+        if Path(where).parent == tmp_path and Path(where) != directory:  # our staging dir
+            monkeypatch.setattr(LogSegment, "create", real_create)
+            other = PartitionLog.create(directory)  # the other writer wins the race
+            other.append([_rec(0, value=b"theirs")])
+            other.close()
+        return real_create(where, base, config, created_ms=created_ms)
+
+    monkeypatch.setattr(LogSegment, "create", racing)
+    log = PartitionLog.create(directory)
+    assert [r[3] for r in _all(log)] == [b"theirs"]
+    log.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t-0"]

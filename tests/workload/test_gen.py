@@ -342,7 +342,6 @@ def test_empty_partition_dir_is_not_refused(tmp_path: Path) -> None:
         (["--topic", "bad/name"], "--topic"),
         (["--version-header", ""], "--version-header"),
         (["--codec", "brotli"], "--codec"),
-        (["--cleanup-policy", "compacted"], "--cleanup-policy"),
         (["--format", "xml"], "--format"),
         (["--seed", "-1"], "--seed"),
     ],
@@ -356,6 +355,17 @@ def test_invalid_options_exit_2_naming_the_option(
     assert not (tmp_path / "x").exists()
 
 
+def test_cleanup_policy_is_not_an_option(tmp_path: Path) -> None:
+    """It only ever reached the summary: cleanerd, like Kafka, keeps topic settings out of the
+    log dir, so what the daemon compacts is its config's to say, not gen's."""
+    result = run(tmp_path / "x", *SMALL, "--cleanup-policy", "compact")
+    assert result.exit_code == 2
+    assert "No such option '--cleanup-policy'" in result.output
+    assert not (tmp_path / "x").exists()
+    assert "cleanup" not in ok("--help").output
+    assert "cleanup_policy" not in summary(tmp_path / "y", *SMALL)
+
+
 def test_spec_errors_name_the_option() -> None:
     with pytest.raises(WorkloadError) as err:
         WorkloadSpec(abort_ratio=3.0)
@@ -367,11 +377,13 @@ def test_spec_errors_name_the_option() -> None:
 
 def test_json_summary_and_expected_file(tmp_path: Path) -> None:
     expected_file = tmp_path / "expected.json"
-    args = [*SMALL, "--partitions", "2", "--cleanup-policy", "compact,delete"]
+    args = [*SMALL, "--partitions", "2"]
     doc = summary(tmp_path / "log", *args, "--expected", expected_file)
     assert doc["topic"] == "demo"
-    assert doc["cleanup_policy"] == "compact,delete"
     assert doc["records"] == 4000
+    assert doc["batches"] == 200
+    assert doc["ended"] == "done"
+    assert doc["beside_daemon"] is False
     assert isinstance(doc["params"], dict)
     assert doc["params"]["records"] == 2000
     parts = doc["partitions"]
@@ -397,8 +409,9 @@ def test_json_summary_and_expected_file(tmp_path: Path) -> None:
 
 def test_text_output_is_a_table(tmp_path: Path) -> None:
     out = ok(tmp_path, *SMALL, "--transactional-producers", "1").output
-    for word in ("demo-0", "records", "tombstones", "aborts", "expected survivors", "compact"):
+    for word in ("demo-0", "records", "tombstones", "aborts", "expected survivors"):
         assert word in out
+    assert "2,000 records in 100 batches to 1 partition in" in out
 
 
 def test_tracker_strategies_and_transactions() -> None:
@@ -435,33 +448,3 @@ def test_real_process(tmp_path: Path) -> None:
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=repo, timeout=120, check=False)
     assert again.returncode == 1
     assert "--append" in again.stderr
-
-
-def test_gen_refuses_a_log_dir_locked_by_another_process(tmp_path: Path) -> None:
-    """A broker holds ``.lock`` with a POSIX record lock; gen must not write under it."""
-    logdir = tmp_path / "logs"
-    logdir.mkdir()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import fcntl, sys, time\n"
-            f"f = open({str(logdir / '.lock')!r}, 'a+')\n"
-            "fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
-            "print('locked', flush=True)\n"
-            "time.sleep(30)\n",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "locked"
-        result = CliRunner().invoke(gen, [str(logdir), "--records", "10"])
-        assert result.exit_code == 1
-        assert "lock" in result.output.lower()
-        assert str(holder.pid) in result.output
-        assert not (logdir / "demo-0").exists()
-    finally:
-        holder.kill()
-        holder.wait()
