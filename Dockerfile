@@ -80,9 +80,12 @@ VOLUME ["/var/lib/kafka", "/etc/cleanerd", "/var/cache/cleanerd/numba"]
 EXPOSE 9404/tcp
 # The daemon stops cleanly on SIGTERM within cleanerd.shutdown.timeout.ms (20 s): docker stop -t 30.
 STOPSIGNAL SIGTERM
-# No curl in the image: the venv's Python asks /healthz (503 while the daemon is unhealthy).
+# No curl in the image: the venv's Python asks /readyz, 200 once the daemon has surveyed its log
+# dirs and loaded its kernels, 503 before that and whenever it is unhealthy (its manager loop
+# stalled, a worker dead). A bare one-liner, not `cleanerd ctl ready`: that loads the config,
+# too much CPU for a check every 30 s. With TLS on, override it (deploy/container/README.md).
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
-    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9404/healthz', timeout=4)"]
+    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9404/readyz', timeout=4)"]
 
 ENTRYPOINT ["cleanerd"]
 CMD ["run", "--config", "/etc/cleanerd/cleanerd.toml"]

@@ -23,7 +23,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,10 +36,16 @@ from rich.text import Text
 from cleanerd.cli._config import load_from_options
 from cleanerd.cli._errors import print_error
 from cleanerd.cli._tables import iec_size
-from cleanerd.compaction import compact_directory, compile_clock
 from cleanerd.config import CleanerdConfig, LoadedConfig, join_listen, load_config, parse_listen
-from cleanerd.service import Daemon, DaemonStatus, StartupError, configure_logging, run_async
-from cleanerd.storage import LOCK_FILE, LogDir, StorageError, wall_clock_ms
+from cleanerd.service import (
+    Daemon,
+    DaemonStatus,
+    StartupError,
+    configure_logging,
+    load_kernels,
+    run_async,
+)
+from cleanerd.storage import LOCK_FILE, LogDir, StorageError
 from cleanerd.workload import LiveWriter, check_survivors
 
 MARKER = ".cleanerd-demo"
@@ -255,7 +260,7 @@ def _run_demo(
     log_file = directory / "cleanerd-demo.log"
     configure_logging("json", "info", stream=open(log_file, "a"))  # noqa: SIM115
     click.echo(f"daemon log (JSON lines, info level): {log_file}")
-    _prepare_kernels(loaded)
+    _prepare_kernels()
     writer = LiveWriter(directory, ("orders", "users"), partitions=2, keys=2000, rate=rate, seed=1)
     idle = LiveWriter(directory, (IDLE_TOPIC,), keys=300, rate=None, seed=2)
     idle.step(40)  # one burst, then silence: only an idle roll gets it compacted
@@ -291,33 +296,19 @@ def _run_demo(
     raise SystemExit(code)
 
 
-def _prepare_kernels(loaded: LoadedConfig) -> None:
-    """Compile the numba kernels the writer and the cleaner use (or load them from numba's
-    cache) on a small throwaway log, saying so: on a fresh install that takes about 30 s, which
-    would otherwise pass in silence before the first line of the table."""
+def _prepare_kernels() -> None:
+    """Load the numba kernels the cleaner uses (compiling them when numba's cache has none),
+    saying so: on a fresh install that takes about 30 s, which would otherwise pass in silence
+    before the first line of the table."""
     click.echo("preparing kernels (the first run after an install compiles them for ~30 s) ...")
-    started = time.monotonic()
-    settings = loaded.config.topic_settings("orders")
-    with (
-        tempfile.TemporaryDirectory(prefix="cleanerd-demo-kernels-") as tmp,
-        compile_clock() as jit,
-    ):
-        with LiveWriter(Path(tmp), ("kernels",), keys=50, rate=None, seed=3) as w:
-            w.step(80)  # several small segments, updates and deletes: something to clean
-        compact_directory(
-            Path(tmp) / "kernels-0",
-            settings.log,
-            settings.cleaner,
-            settings.strategy,
-            wall_clock_ms(),
-        )
+    load = load_kernels()
     how = (
-        f"{jit.compiled} compiled in {jit.seconds:.0f} s; `cleanerd warmup` after an install "
-        "compiles them ahead"
-        if jit.compiled
+        f"{load.compiled} compiled in {load.compile_seconds:.0f} s; `cleanerd warmup` after an "
+        "install compiles them ahead"
+        if load.compiled
         else "all from numba's cache"
     )
-    click.echo(f"kernels ready in {time.monotonic() - started:.0f} s ({how})")
+    click.echo(f"kernels ready in {load.seconds:.0f} s ({how})")
 
 
 def _report(directory: Path, *writers: LiveWriter) -> None:

@@ -5,7 +5,10 @@ environment < ``--set``), configures logging and runs the daemon until SIGTERM/S
 Exit codes: 0 stopped cleanly (SIGTERM/SIGINT at any moment, start-up included: see
 ``early_stop``); 1 a log dir is missing, not a directory or locked, the port is taken, the
 daemon failed, or a cleaning outlived ``cleanerd.shutdown.timeout.ms``; 2 invalid configuration
-(one line per problem). While it runs, the address it bound is recorded for ``cleanerd ctl``
+(one line per problem), or a log dir's pause record (``cleanerd-paused.json``) that cannot be
+read: like a bad config it needs an operator, and a restart cannot help (systemd's unit does not
+restart on 2); the daemon does not start without it, as it would clean partitions someone
+paused. While it runs, the address it bound is recorded for ``cleanerd ctl``
 (``_daemon_address``).
 """
 
@@ -22,7 +25,7 @@ from cleanerd.cli._daemon_address import forget_address, record_address
 from cleanerd.cli._errors import print_error
 from cleanerd.config import LoadedConfig, load_config
 from cleanerd.service import Daemon, StartupError, configure_logging, run_async
-from cleanerd.storage import StorageError
+from cleanerd.storage import PauseFileError, StorageError
 
 
 @click.command()
@@ -58,6 +61,9 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
 
     try:
         code = run_async(daemon)
+    except PauseFileError as e:
+        click.echo(f"error: {e}; fix or remove it (each pause in it is then lost)", err=True)
+        raise SystemExit(2) from None
     except (StartupError, StorageError) as e:
         print_error(f"{e}")
         raise SystemExit(1) from None

@@ -36,10 +36,9 @@ from cleanerd.format import index_batches, scan_batches
 from cleanerd.inspect import classify, dump_file, files_to_dump, verify_path
 from cleanerd.storage import map_readonly, wall_clock_ms
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
-from cleanerd.workload import WorkloadSpec, generate
+from cleanerd.workload import WARMUP_VERSION_HEADER, generate, warmup_spec
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-VERSION_HEADER = "v"
 TINY_MAP_BYTES = 24 * 16  # room for a few offset-strategy keys: forces many passes
 
 
@@ -66,27 +65,6 @@ class WarmupReport:
             "runs": self.runs,
             "compiled": self.compiled,
         }
-
-
-def _spec(codec: str) -> WorkloadSpec:
-    """Small, but with every kind of batch: tombstones, headers with a version, idempotent and
-    transactional producers (commits and aborts), several segments with index entries."""
-    return WorkloadSpec(
-        topic="warmup",
-        records=300,
-        keys=40,
-        value_bytes=16,
-        tombstone_ratio=0.2,
-        codec=codec,
-        records_per_batch=10,
-        headers=1,
-        version_header=VERSION_HEADER,
-        idempotent_producers=1,
-        transactional_producers=2,
-        abort_ratio=0.5,
-        segment_bytes=4 * 1024,
-        index_interval_bytes=256,
-    )
 
 
 def _is_dumpable(path: Path) -> bool:
@@ -133,7 +111,7 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
     with compile_clock() as clock:
         for codec in CODECS:
             logdir = workdir / codec
-            generate(logdir, _spec(codec))
+            generate(logdir, warmup_spec(codec))
             partition = logdir / "warmup-0"
             verify_path(logdir)
             for path in sorted(p for p in partition.iterdir() if _is_dumpable(p)):
@@ -151,7 +129,7 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
                         partition,
                         log_config,
                         config,
-                        StrategyConfig(strategy, VERSION_HEADER),
+                        StrategyConfig(strategy, WARMUP_VERSION_HEADER),
                         wall_clock_ms(),
                         map_bytes=map_bytes,
                         dry_run=True,

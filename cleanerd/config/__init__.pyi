@@ -7,6 +7,8 @@ from ._settings import (
     MIB as MIB,
     RESTART_SETTINGS as RESTART_SETTINGS,
     SECRET as SECRET,
+    TLS_CERT as TLS_CERT,
+    TLS_KEY as TLS_KEY,
     CleanerdConfig as CleanerdConfig,
     ConfigError as ConfigError,
     ConfigProblem as ConfigProblem,
@@ -19,6 +21,11 @@ from ._sources import (
     join_listen as join_listen,
     parse_listen as parse_listen,
     topic_key as topic_key,
+)
+from ._tls import (
+    TlsError as TlsError,
+    client_context as client_context,
+    load_chain as load_chain,
 )
 from ._warnings import (
     config_warnings as config_warnings,

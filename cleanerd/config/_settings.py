@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import os
+import ssl
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,7 @@ from cleanerd.config._sources import (
     parse_listen,
     read_sources,
 )
+from cleanerd.config._tls import TlsError, check_cert_file, server_context
 from cleanerd.config._topics import Problem, TopicValue, check_topics, effective_topics
 from cleanerd.topics import TopicSettings
 
@@ -53,11 +55,20 @@ __all__ = [
     "restart_only",
 ]
 
+TLS_CERT, TLS_KEY = "cleanerd.http.tls.cert.file", "cleanerd.http.tls.key.file"
 RESTART_SETTINGS = frozenset(
-    {"log.dirs", "cleanerd.http.listen", "cleanerd.log.format", "cleanerd.engine.spark.master"}
+    {
+        "log.dirs",
+        "cleanerd.http.listen",
+        TLS_CERT,
+        TLS_KEY,
+        "cleanerd.log.format",
+        "cleanerd.engine.spark.master",
+    }
 )
 """Settings a SIGHUP cannot change: the daemon keeps the old value and says so (and every
-``cleanerd.engine.spark.conf.*``: the Spark session is built once; see ``restart_only``)."""
+``cleanerd.engine.spark.conf.*``: the Spark session is built once; see ``restart_only``). The
+TLS files' paths are fixed, but a SIGHUP reads the files again (a renewed certificate)."""
 MIB = 1 << 20
 MAX_CLEANER_THREADS = 64
 """Upper bound of ``log.cleaner.threads``: each is a thread of the daemon's own pool and may
@@ -110,6 +121,9 @@ class CleanerdConfig(BaseModel):
     retry_backoff_max_ms: Count = 60_000
     http_host: str | None = "127.0.0.1"  # None: no HTTP server
     http_port: int = Field(default=9404, ge=0, le=65535)
+    # both or neither: TLS on the HTTP port (checked by loading them, see config._tls)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = Field(default=None, validate_default=True)
     admin_token: str | None = None
     status_public: bool = False  # False: /status only for loopback peers or the admin token
     per_partition_metrics: bool = True
@@ -154,6 +168,51 @@ class CleanerdConfig(BaseModel):
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         return (value.strip() if isinstance(value, str) else value) or None
+
+    @validates("tls_cert_file", "tls_key_file", mode="before")
+    @classmethod
+    def _file(cls, value: object) -> object:
+        """Empty: none; a relative path against the cwd now (as ``log.dirs``)."""
+        if isinstance(value, str | Path):
+            text = str(value).strip()
+            return Path.cwd() / text if text else None
+        return value
+
+    @validates("tls_cert_file")
+    @classmethod
+    def _cert(cls, value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                check_cert_file(value)
+            except TlsError as e:
+                raise ValueError(str(e)) from None
+        return value
+
+    @validates("tls_key_file")
+    @classmethod
+    def _key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        """Both or neither; the key must load with the certificate (it is that one's key)."""
+        cert = info.data.get("tls_cert_file")
+        if value is None and cert is not None:
+            raise ValueError(f"must be set too when {TLS_CERT} is")
+        if value is not None and "tls_cert_file" in info.data and cert is None:
+            raise ValueError(f"needs {TLS_CERT} too")
+        if value is not None and cert is not None:
+            try:
+                server_context(cert, value)
+            except TlsError as e:
+                raise ValueError(f"{e} (with {TLS_CERT} = {str(cert)!r})") from None
+        return value
+
+    def server_tls(self) -> ssl.SSLContext | None:
+        """The HTTP port's TLS context; None when TLS is off."""
+        if self.tls_cert_file is None or self.tls_key_file is None:
+            return None
+        return server_context(self.tls_cert_file, self.tls_key_file)
+
+    @property
+    def http_scheme(self) -> str:
+        return "http" if self.tls_cert_file is None else "https"
 
     @validates("spark_conf", mode="before")
     @classmethod
@@ -219,6 +278,8 @@ FIELDS = {
     "cleanerd.retry.backoff.max.ms": "retry_backoff_max_ms",
     "cleanerd.admin.token": "admin_token",
     "cleanerd.http.status.public": "status_public",
+    TLS_CERT: "tls_cert_file",
+    TLS_KEY: "tls_key_file",
     "cleanerd.metrics.per.partition": "per_partition_metrics",
     "cleanerd.log.format": "log_format",
     "cleanerd.log.level": "log_level",

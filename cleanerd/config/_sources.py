@@ -38,6 +38,8 @@ DAEMON_DEFAULTS: dict[str, object] = {
     "cleanerd.retry.backoff.max.ms": 60_000,
     "cleanerd.http.listen": "127.0.0.1:9404",
     "cleanerd.http.status.public": False,
+    "cleanerd.http.tls.cert.file": "",
+    "cleanerd.http.tls.key.file": "",
     "cleanerd.admin.token": "",
     "cleanerd.metrics.per.partition": True,
     "cleanerd.log.format": "auto",

@@ -17,13 +17,18 @@ so no worker cleans a log that is being rolled, swept or snapshotted. Snapshots 
 worker jobs under the shared dedupe budget; a worker asks for one only when no overdue log waits
 (``overdue_waiting``), so they rank after overdue cleanings and before the others, and a
 partition waiting to be cleaned is cleaned before its snapshot is taken.
+
+Admin pauses outlive the process (``storage`` keeps them in each log dir): the daemon hands the
+recorded ones to ``restore_pauses`` before the first survey is applied, so a partition paused
+before a restart is paused from the moment the manager knows it, and ``pauses`` says what to
+record after each change.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +90,8 @@ class CleanerManager:
         self._released: dict[TopicPartition, int] = {}  # epoch at which a worker let go
         self._epoch = 0
         self._config_bad: set[TopicPartition] = set()  # its topic config did not resolve
+        # recorded pauses whose partition no survey has found yet: (its log dir, count)
+        self._restored: dict[TopicPartition, tuple[Path, int]] = {}
         self.totals = CleaningTotals()
         self.survey_errors: tuple[str, ...] = ()
         # Kafka's LogCleanerManager gauges and KIP-354's PreCleanStats, from the last grab
@@ -128,6 +135,14 @@ class CleanerManager:
             gone = tp not in survey.partitions and st.log_dir not in survey.unlisted_log_dirs
             if gone and st.state not in (IN_PROGRESS, ABORTED):
                 self._forget(tp)
+        for tp, (log_dir, _) in list(self._restored.items()):
+            if log_dir not in survey.unlisted_log_dirs:  # listed, and the partition not in it
+                del self._restored[tp]
+                log.warning(
+                    "a recorded pause names a partition the log dir does not hold; dropped",
+                    partition=str(tp),
+                    log_dir=str(log_dir),
+                )
         for error in survey.errors:
             if error not in self.survey_errors:  # once while it lasts, not every survey
                 log.error("log dir survey problem", error=error)
@@ -145,6 +160,9 @@ class CleanerManager:
         st = self._statuses.get(tp)
         if st is None:
             st = self._statuses[tp] = PartitionStatus(tp, entry.log_dir, entry.directory)
+            restored = self._restored.pop(tp, None)
+            if restored is not None:  # paused before it can be grabbed, even once
+                self._add_pauses(st, restored[1])
         busy = st.state in (IN_PROGRESS, ABORTED)
         if busy or self._released.get(tp, -1) > epoch:
             return  # the survey may predate the worker's changes: wait for a fresh one
@@ -406,13 +424,38 @@ class CleanerManager:
         """Kafka's abortAndPauseCleaning, counted: an in-progress log is aborted (paused when
         its worker lets go). An unknown partition is ignored."""
         st = self._statuses.get(tp)
-        if st is None:
-            return
-        st.paused_count += 1
+        if st is not None:
+            self._add_pauses(st, 1)
+
+    @staticmethod
+    def _add_pauses(st: PartitionStatus, count: int) -> None:
+        st.paused_count += count
         if st.state is IN_PROGRESS:
             st.state = ABORTED
         elif st.state is IDLE:
             st.state = PAUSED
+
+    def restore_pauses(self, log_dir: Path, pauses: Mapping[TopicPartition, int]) -> None:
+        """Pauses recorded in ``log_dir`` by an earlier run. Each applies as soon as a survey
+        finds its partition (so at once for a known one); one that a survey listing ``log_dir``
+        does not find is dropped with a warning, as a pause goes with its partition."""
+        for tp, count in pauses.items():
+            st = self._statuses.get(tp)
+            if st is None:
+                self._restored[tp] = (Path(log_dir), count)
+            else:
+                self._add_pauses(st, count)
+
+    def pauses(self) -> dict[Path, dict[TopicPartition, int]]:
+        """Outstanding pauses to record, by the log dir holding each partition (every log dir
+        listed, with no pause for some), restored ones not found yet included."""
+        out: dict[Path, dict[TopicPartition, int]] = {d: {} for d in self.log_dirs}
+        for tp, (log_dir, count) in self._restored.items():
+            out.setdefault(log_dir, {})[tp] = count
+        for tp, st in self._statuses.items():
+            if st.paused_count > 0:
+                out.setdefault(st.log_dir, {})[tp] = st.paused_count
+        return out
 
     def resume(self, tp: TopicPartition) -> None:
         """Undo one pause (paused(n) -> paused(n-1), idle at 0); also clears the uncleanable

@@ -1,8 +1,11 @@
 """``cleanerd run``: the daemon's lifecycle around the manager and the workers.
 
 Start: install the signal handlers (first, so a stop at any moment of the start is orderly), lock
-every log dir (Kafka's ``.lock``), survey the partitions, bind the HTTP port, then tell systemd
-READY; a stop during the start skips what is left of it and exits 0.
+every log dir (Kafka's ``.lock``), read the pauses recorded there (``storage``: a bad file stops
+the start), survey the partitions and apply those pauses before anything can be grabbed, bind the
+HTTP port, start the workers, and load the kernels (``_kernels``); once they are loaded the
+daemon is ready: it tells systemd READY and ``/readyz`` answers 200. A stop during the start
+skips what is left of it and exits 0.
 
 Run: one ``asyncio.TaskGroup`` owns the manager loop, the workers, the systemd watchdog and the
 HTTP server, so every task has a parent that awaits it; each catches its own errors (a crashed
@@ -14,10 +17,12 @@ timeout.
 The manager loop rescans every ``log.cleaner.backoff.ms``, sooner after an admin request or
 when a worker runs out of work after cleanings (not after each cleaning: a survey holds the GIL
 for tens of microseconds per partition, which the workers need); it rolls idle active segments
-past ``max.compaction.lag.ms``, applies retention to ``compact,delete`` logs, and wakes the
-workers. Signals: SIGTERM/SIGINT stop (abort the running cleanings at the next batch boundary,
-wait for them up to the shutdown timeout, exit 0); SIGHUP reloads the config and applies what
-can change at run time, keeping the old config when the new one is invalid.
+past ``max.compaction.lag.ms``, applies retention to ``compact,delete`` logs, wakes the workers,
+and records each log dir's pauses when they changed (a partition gone takes its pause with it);
+an admin pause or resume answers once its record is written. Signals: SIGTERM/SIGINT stop
+(abort the running cleanings at the next batch boundary, wait for them up to the shutdown
+timeout, exit 0); SIGHUP reloads the config and applies what can change at run time, keeping the
+old config when the new one is invalid.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import asyncio
 import dataclasses
 import os
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -34,13 +40,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-from cleanerd.compaction import Throttler
-from cleanerd.config import ConfigError, LoadedConfig, join_listen
+from cleanerd.compaction import CleaningAbortedError, Throttler
+from cleanerd.config import ConfigError, LoadedConfig, TlsError, join_listen, load_chain
 from cleanerd.scheduling import CleanerManager, CleaningTotals, PartitionStatus, RetryPolicy, Survey
 from cleanerd.service._announce import log_listening, log_ready, status_line
 from cleanerd.service._budget import DedupeBudget
 from cleanerd.service._clean_job import JobResult
 from cleanerd.service._http import Access, HttpServer, start_http
+from cleanerd.service._kernels import load_kernels
 from cleanerd.service._logging import get_logger
 from cleanerd.service._maintenance import Maintenance
 from cleanerd.service._metrics import DaemonMetrics
@@ -50,9 +57,18 @@ from cleanerd.service._status import DaemonStatus
 from cleanerd.service._systemd import SystemdNotifier
 from cleanerd.service._threads import SERVICE_THREADS, ThreadPool
 from cleanerd.service._workers import PoolSettings, WorkerPool
-from cleanerd.storage import LogDir, TopicPartition, wall_clock_ms
+from cleanerd.storage import (
+    LogDir,
+    StorageError,
+    TopicPartition,
+    read_pauses,
+    wall_clock_ms,
+    write_pauses,
+)
 
 log = get_logger("cleanerd.daemon")
+
+KERNELS_LOADING, KERNELS_LOADED = "loading", "loaded"
 
 STALL_FACTOR = 3
 """``/healthz`` fails when the manager loop has not finished a cycle in this many backoffs
@@ -109,9 +125,15 @@ class Daemon:
         self.spark = SparkEngine.of(c)  # None: every partition is cleaned locally
         self.pool: WorkerPool | None = None
         self.http: HttpServer | None = None
+        self._tls: ssl.SSLContext | None = None  # the HTTP port's, when TLS is on
         self._http_bound = asyncio.Event()  # set once self.http listens
-        self.ready = False
+        self.ready = False  # /readyz: surveyed, workers started, kernels loaded, not stopping
+        self.surveyed = False  # the first survey is applied
+        self.kernels = KERNELS_LOADING  # or KERNELS_LOADED, or "failed: <error>"
         self.stopping = False
+        self._pauses_lock = asyncio.Lock()  # one pause record write at a time
+        self._recorded: dict[Path, dict[TopicPartition, int]] = {}  # pauses as on disk
+        self._record_error: str | None = None  # the last failed record, said once
         self.last_cycle = time.monotonic()
         self._stop = asyncio.Event()
         self._rescan = asyncio.Event()
@@ -127,10 +149,13 @@ class Daemon:
         self._install_signals()
         try:
             self._lock_log_dirs(c.log_dirs)
+            await self._restore_pauses()
             survey = await self._starting(self.service.submit(self.manager.scan))
             if survey is None:
                 return self._stopped_early()
-            self.manager.apply(survey)
+            self.manager.apply(survey)  # the restored pauses apply here, before any grab
+            self.surveyed = True
+            await self._record_pauses_logged()  # a pause of a partition not found goes
             if c.http_host is not None:
                 await self._start_http()
             if self._stop.is_set():
@@ -167,6 +192,7 @@ class Daemon:
             self._manager_running = True  # from now on, for /healthz, until the loop ends
             manager = group.create_task(self._manager(), name="manager")
             watchdog = group.create_task(self.notifier.run_watchdog(), name="watchdog")
+            kernels = group.create_task(self._load_kernels(), name="kernels")
             self.pool = WorkerPool(
                 self.manager,
                 self.budget,
@@ -179,20 +205,44 @@ class Daemon:
                 service=self.service.submit,
             )
             self.pool.resize(self.pool.settings.threads)
-            self.ready = True
-            c = self.loaded.config
-            log_ready(c, self.manager.statuses(), self.http.port if self.http else None)
-            self.notifier.ready(self._status_line())
             await self._stop.wait()
             deadline = time.monotonic() + self._timeout_s
             await self._shutdown(manager, deadline)
             watchdog.cancel()
+            kernels.cancel()  # its thread stops at its abort check; the pool's close waits
             stopped.set()
         if not await self.service.close(deadline - time.monotonic()):
-            log.error("shutdown timeout: a survey did not end in time; exiting")
+            log.error("shutdown timeout: a survey or the kernel load did not end in time; exiting")
             self._exit_now()
         log.info("stopped", cleanings=self._totals().cleanings)
         return 1 if self._manager_crashed else 0
+
+    async def _load_kernels(self) -> None:
+        """Load the kernels in a service thread, then be ready: the ``cleanerd ready`` line,
+        READY=1 to systemd, 200 from ``/readyz``. A failed load is logged and leaves the daemon
+        unready, ``/readyz`` saying why; it runs on, its cleanings compiling what they call."""
+        try:
+            log_dirs = self.loaded.config.log_dirs
+            load = await self.service.submit(load_kernels, None, self._abort.is_set, log_dirs)
+        except CleaningAbortedError:
+            return  # stopping
+        except Exception as e:
+            self.kernels = f"failed: {e!r}"
+            log.error("loading the kernels failed; not ready", error=repr(e), exc_info=e)
+            return
+        self.kernels = KERNELS_LOADED
+        log.info(
+            "kernels loaded",
+            seconds=round(load.seconds, 3),
+            compiled=load.compiled,
+            compile_seconds=round(load.compile_seconds, 3),
+        )
+        if self.stopping:
+            return
+        self.ready = True
+        c = self.loaded.config
+        log_ready(c, self.manager.statuses(), self.http.port if self.http else None)
+        self.notifier.ready(self._status_line())
 
     async def _serve_http(self, http: HttpServer, stopped: asyncio.Event) -> None:
         """Keep the HTTP port open until the daemon has stopped (``/healthz`` answers
@@ -230,8 +280,18 @@ class Daemon:
         c = self.loaded.config
         assert c.http_host is not None
         try:
+            self._tls = c.server_tls()  # read now: the files may have changed since the check
+        except TlsError as e:
+            raise StartupError(f"cannot serve TLS (cleanerd.http.tls.*): {e}") from None
+        try:
             self.http = await start_http(
-                self, self.metrics, c.http_host, c.http_port, self._access, self.service.submit
+                self,
+                self.metrics,
+                c.http_host,
+                c.http_port,
+                self._access,
+                self.service.submit,
+                tls=self._tls,
             )
         except OSError as e:
             raise StartupError(
@@ -243,10 +303,12 @@ class Daemon:
 
     @property
     def bound_url(self) -> str | None:
-        """``http://host:port`` as bound (port 0 resolved); None until bound, or when off."""
+        """``http://host:port`` (``https`` with TLS) as bound (port 0 resolved); None until
+        bound, or when off."""
         if self.http is None:
             return None
-        return f"http://{join_listen(self.http.host, self.http.port)}"
+        scheme = "http" if self._tls is None else "https"
+        return f"{scheme}://{join_listen(self.http.host, self.http.port)}"
 
     async def http_url(self) -> str | None:
         """``bound_url`` once the port is bound (early in start-up, before the daemon is
@@ -349,6 +411,7 @@ class Daemon:
             if self.pool is not None:
                 self.pool.survey_started()
             self.manager.apply(await self.service.submit(self.manager.scan))
+            await self._record_pauses_logged()
             changed = await self.maintenance.run()
             self.last_cycle = time.monotonic()
             if self.pool is not None:
@@ -377,7 +440,7 @@ class Daemon:
                 "config reload failed; keeping the running config",
                 problems=[p.line() for p in e.problems],
             )
-            self.notifier.ready(self._status_line())
+            self._reloaded()
             return
         new, changed, restart = compare_reload(self.loaded, new)  # against what runs
         c = new.config
@@ -390,6 +453,11 @@ class Daemon:
             retry=_retry(new),
         )
         self.loaded = new
+        if self._tls is not None and c.tls_cert_file is not None and c.tls_key_file is not None:
+            try:  # a renewed certificate, written over the old files, serves from now on
+                load_chain(self._tls, c.tls_cert_file, c.tls_key_file)
+            except TlsError as e:
+                log.error("cannot reload the TLS certificate; serving the loaded one", error=str(e))
         if self.spark is not None:
             self.spark.configure(c)
         if self.pool is not None:
@@ -398,7 +466,15 @@ class Daemon:
             self.pool.resize(threads.threads)
         log.info("config reloaded", changed=changed, needs_restart=restart)
         self._rescan.set()
-        self.notifier.ready(self._status_line())
+        self._reloaded()
+
+    def _reloaded(self) -> None:
+        """End a reload for systemd: READY=1 again, unless the daemon was not ready yet (its
+        first READY=1 is the kernel load's to send)."""
+        if self.ready:
+            self.notifier.ready(self._status_line())
+        else:
+            self.notifier.status(self._status_line())
 
     # --- the admin API (service._http.AdminApi) ------------------------------------------------
     def _totals(self) -> CleaningTotals:
@@ -441,6 +517,59 @@ class Daemon:
             return False, f"manager loop stalled for more than {stall:.0f} s"
         return True, "ok"
 
+    def readiness(self) -> tuple[bool, dict[str, str]]:
+        """``/readyz``: ready once the first survey is applied, the workers run and the kernels
+        are loaded, while the daemon is healthy; each check's state, for the answer's body."""
+        alive, health = self.healthy()
+        checks = {
+            "survey": "done" if self.surveyed else "pending",
+            "kernels": self.kernels,
+            "health": health,
+        }
+        return self.ready and alive, checks
+
+    # --- pauses that outlive the process ------------------------------------------------------
+    async def _restore_pauses(self) -> None:
+        """Read each log dir's recorded pauses (``PauseFileError``, naming the file, when one
+        is bad: the start stops) and hand them to the manager before the first survey."""
+        dirs = self.loaded.config.log_dirs
+        found = await self.service.submit(lambda: {d: read_pauses(d) for d in dirs})
+        for log_dir, pauses in found.items():
+            self.manager.restore_pauses(log_dir, pauses)
+            if pauses:
+                restored = [f"{tp} x{n}" if n > 1 else str(tp) for tp, n in sorted(pauses.items())]
+                log.info("pauses restored", log_dir=str(log_dir), partitions=restored)
+        self._recorded = found
+
+    async def _record_pauses(self) -> None:
+        """Write the pause record of each log dir whose pauses changed since it was written;
+        StorageError (the first, after trying every dir) when one cannot be written."""
+        async with self._pauses_lock:
+            failed: StorageError | None = None
+            for log_dir, pauses in self.manager.pauses().items():
+                if self._recorded.get(log_dir, {}) == pauses:
+                    continue
+                try:
+                    await self.service.submit(write_pauses, log_dir, pauses)
+                except StorageError as e:
+                    failed = failed or e
+                    continue
+                self._recorded[log_dir] = pauses
+            if failed is not None:
+                raise failed
+
+    async def _record_pauses_logged(self) -> None:
+        """``_record_pauses`` for the manager loop: a failure is logged (once while it lasts)
+        and tried again at the next cycle."""
+        try:
+            await self._record_pauses()
+        except StorageError as e:
+            if str(e) != self._record_error:
+                log.error("cannot record the pauses; a restart would lose them", error=str(e))
+            self._record_error = str(e)
+        else:
+            self._record_error = None
+
     def _admin(
         self, tp: TopicPartition, action: Callable[[TopicPartition], None]
     ) -> PartitionStatus | None:
@@ -454,13 +583,22 @@ class Daemon:
             self.pool.wake()
         return self.manager.status(tp)
 
-    def pause(self, tp: TopicPartition) -> PartitionStatus | None:
-        return self._admin(tp, self.manager.pause)
+    async def pause(self, tp: TopicPartition) -> PartitionStatus | None:
+        """Pause ``tp`` and record it (StorageError when the record cannot be written: the
+        pause holds in this process only)."""
+        status = self._admin(tp, self.manager.pause)
+        if status is not None:
+            await self._record_pauses()
+        return status
 
-    def resume(self, tp: TopicPartition) -> PartitionStatus | None:
-        return self._admin(tp, self.manager.resume)
+    async def resume(self, tp: TopicPartition) -> PartitionStatus | None:
+        """Undo one pause of ``tp`` and record it (StorageError as for ``pause``)."""
+        status = self._admin(tp, self.manager.resume)
+        if status is not None:
+            await self._record_pauses()
+        return status
 
-    def clean(self, tp: TopicPartition) -> PartitionStatus | None:
+    async def clean(self, tp: TopicPartition) -> PartitionStatus | None:
         return self._admin(tp, self.manager.request_clean)
 
     def _status_line(self) -> str:

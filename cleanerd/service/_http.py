@@ -1,20 +1,23 @@
-"""The daemon's one HTTP port: Prometheus scrapes, health, status and the admin actions.
+"""The daemon's one HTTP port: Prometheus scrapes, health, readiness, status and admin actions.
 
 Served by aiohttp inside the event loop, so handlers call the manager directly (it is only ever
 used from the loop thread) and a scrape reads one fresh status. Admin actions change what the
 daemon does, so they are refused unless the peer is loopback or sends the configured bearer
 token; ``/status`` names every partition and its errors (paths included), so it follows the same
-rule unless ``cleanerd.http.status.public`` is set. ``/metrics`` and ``/healthz`` stay open, as
-Prometheus and health checkers expect. Forwarding headers are ignored on purpose: behind a
-reverse proxy on the same host every request looks local, so such a deployment should set
-``cleanerd.admin.token`` and not rely on loopback alone. No route takes a body; a request body
-over ``MAX_BODY_BYTES`` is refused (413) before any handler runs. Snapshot listing and download
-(KIP-630's FetchSnapshot) live in ``snapshot_routes`` and follow the admin rule.
+rule unless ``cleanerd.http.status.public`` is set. ``/metrics``, ``/healthz`` and ``/readyz``
+stay open, as Prometheus and health checkers expect: ``/healthz`` is liveness (the manager loop
+turns, the workers live), ``/readyz`` readiness (the first survey applied, the kernels loaded,
+and healthy), its JSON body naming what is pending. Forwarding headers are ignored on purpose:
+behind a reverse proxy on the same host every request looks local, so such a deployment should
+set ``cleanerd.admin.token`` and not rely on loopback alone. No route takes a body; a request
+body over ``MAX_BODY_BYTES`` is refused (413) before any handler runs. Snapshot listing and
+download (KIP-630's FetchSnapshot) live in ``snapshot_routes`` and follow the admin rule.
 """
 
 from __future__ import annotations
 
 import hmac
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +32,14 @@ from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.service._snapshot_routes import add_snapshot_routes
 from cleanerd.service._status import DaemonStatus
 from cleanerd.service._threads import Blocking, in_default_pool
-from cleanerd.storage import TopicPartition
+from cleanerd.storage import StorageError, TopicPartition
 
 ACTIONS = ("pause", "resume", "clean")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 MAX_BODY_BYTES = 64 << 10
 """Largest request body read (no route needs one; the cap keeps a client from feeding it)."""
+_PASSED = frozenset({"ok", "done", "loaded"})
+"""The states of a passed readiness check (``AdminApi.readiness``); any other is pending."""
 SHUTDOWN_TIMEOUT_S = 2.0
 """How long ``close()`` lets in-flight requests finish; scrapes and admin calls are quick."""
 
@@ -46,11 +51,14 @@ class AdminApi(Protocol):
 
     def healthy(self) -> tuple[bool, str]: ...
 
-    def pause(self, tp: TopicPartition) -> PartitionStatus | None: ...
+    def readiness(self) -> tuple[bool, dict[str, str]]: ...
 
-    def resume(self, tp: TopicPartition) -> PartitionStatus | None: ...
+    # StorageError from an action: it took effect, but its record could not be written
+    async def pause(self, tp: TopicPartition) -> PartitionStatus | None: ...
 
-    def clean(self, tp: TopicPartition) -> PartitionStatus | None: ...
+    async def resume(self, tp: TopicPartition) -> PartitionStatus | None: ...
+
+    async def clean(self, tp: TopicPartition) -> PartitionStatus | None: ...
 
 
 def is_trusted(peer_ip: str | None, auth_header: str | None, token: str | None) -> bool:
@@ -125,6 +133,11 @@ def make_app(
             return web.Response(text="ok\n")
         return web.Response(text=f"{reason}\n", status=503)
 
+    async def get_readyz(_: web.Request) -> web.Response:
+        ready, checks = api.readiness()
+        pending = [name for name, state in checks.items() if state not in _PASSED]
+        return _json({"ready": ready, "pending": pending, **checks}, 200 if ready else 503)
+
     async def get_status(request: web.Request) -> web.Response:
         if not current().status_public and not trusted(request):
             return _error(
@@ -139,7 +152,14 @@ def make_app(
             return _error(403, "admin actions need a loopback peer or the admin bearer token")
         info = request.match_info
         tp = TopicPartition(info["topic"], int(info["partition"]))
-        status = getattr(api, info["action"])(tp)
+        action = info["action"]
+        try:
+            status = await getattr(api, action)(tp)
+        except StorageError as e:
+            return _error(
+                500,
+                f"{action} {tp} took effect but was not recorded ({e}): a restart would undo it",
+            )
         if status is None:
             return _error(404, f"unknown partition {tp}")
         state = "uncleanable" if status.uncleanable else status.state.value
@@ -152,6 +172,7 @@ def make_app(
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_cap_body])
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/readyz", get_readyz)
     app.router.add_get("/status", get_status)
     # The patterns make unknown actions and non-numeric partitions plain 404s; a GET on an
     # action path matches the resource but not the method, hence 405.
@@ -179,12 +200,15 @@ class HttpServer:
             await self.runner.cleanup()
 
 
-async def serve_app(app: web.Application, host: str, port: int) -> HttpServer:
-    """Bind ``app`` on host:port (OSError if the port is taken); access log off."""
+async def serve_app(
+    app: web.Application, host: str, port: int, tls: ssl.SSLContext | None = None
+) -> HttpServer:
+    """Bind ``app`` on host:port (OSError if the port is taken), over TLS with ``tls``; access
+    log off."""
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=tls)
         await site.start()
     except BaseException:
         await runner.cleanup()
@@ -200,6 +224,9 @@ async def start_http(
     port: int,
     access: Access | Callable[[], Access] = Access(),
     blocking: Blocking = in_default_pool,
+    *,
+    tls: ssl.SSLContext | None = None,
 ) -> HttpServer:
-    """Serve metrics, health, status, admin actions and snapshots on host:port (0: any port)."""
-    return await serve_app(make_app(api, metrics, access, blocking), host, port)
+    """Serve metrics, health, readiness, status, admin actions and snapshots on host:port (0:
+    any port), over TLS with ``tls`` (plain HTTP is then refused)."""
+    return await serve_app(make_app(api, metrics, access, blocking), host, port, tls)

@@ -6,6 +6,13 @@ never touches asyncio objects or half-updated manager records. Only the
 clean-duration histogram is a live prometheus object, because a distribution cannot be rebuilt
 from a status.
 
+The process's own figures come from prometheus_client's process collector, under the names every
+exporter uses (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
+``process_open_fds``, ...), so the usual dashboards and alerts work unchanged. They are not in
+``METRICS_DOC``, which lists cleanerd's own metrics; the descriptor figures have that one home
+(``process_open_fds``, ``process_max_fds``) beside cleanerd's segment maps. Python's platform and GC
+collectors are left out: the build info says the Python version already.
+
 The Kafka gauges keep Kafka's computations (docs/kafka-format.md §4.15) but report ratios (0..1) and
 seconds (floats) instead of Kafka's truncated integer percents and seconds. Like Kafka's, they
 read 0 when there are no workers.
@@ -13,9 +20,7 @@ read 0 when there are no workers.
 
 from __future__ import annotations
 
-import os
 import platform
-import resource
 import time
 from collections.abc import Callable, Iterable
 
@@ -25,6 +30,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     Info,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
@@ -228,22 +234,17 @@ class StatusCollector:
 
 
 def descriptor_metrics() -> list[Metric]:
-    """Descriptors in use against the limit, and the kept segment maps that hold most of them."""
-    try:
-        fds = len(os.listdir("/proc/self/fd"))
-    except OSError:  # no procfs: the count is unknown
-        fds = -1
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    """The kept segment maps, which hold most of the process's descriptors (the descriptors
+    themselves: the process collector's ``process_open_fds`` and ``process_max_fds``)."""
     return [
-        _gauge("cleanerd_open_fds", fds),
-        _gauge("cleanerd_max_fds", soft),
         _gauge("cleanerd_segment_maps_open", len(MAPS)),
         _gauge("cleanerd_segment_maps_limit", MAPS.limit),
     ]
 
 
 class DaemonMetrics:
-    """The daemon's own registry: status collector, clean-duration histogram, build info."""
+    """The daemon's own registry: status collector, clean-duration histogram, build info and
+    the process's figures."""
 
     def __init__(self, status: Callable[[], DaemonStatus]) -> None:
         # _created series only add noise for a single long-lived process;
@@ -251,6 +252,7 @@ class DaemonMetrics:
         disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(StatusCollector(status))
+        ProcessCollector(registry=self.registry)  # reads /proc; nothing where there is none
         self._durations = Histogram(
             "cleanerd_clean_duration_seconds",
             _HELP["cleanerd_clean_duration_seconds"],

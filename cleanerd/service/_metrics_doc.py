@@ -228,8 +228,6 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
     ),
     MetricDoc("cleanerd_snapshot_bytes_total", "counter", "Bytes of snapshot files written.", ""),
     MetricDoc("cleanerd_snapshot_seconds_total", "counter", "Time spent taking snapshots.", ""),
-    MetricDoc("cleanerd_open_fds", "gauge", "File descriptors the process holds open.", ""),
-    MetricDoc("cleanerd_max_fds", "gauge", "The process's soft RLIMIT_NOFILE.", ""),
     MetricDoc(
         "cleanerd_segment_maps_open",
         "gauge",

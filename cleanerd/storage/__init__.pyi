@@ -53,6 +53,12 @@ from ._logdir import (
     parse_partition_dir_name as parse_partition_dir_name,
 )
 from ._partition import PartitionLog as PartitionLog, wall_clock_ms as wall_clock_ms
+from ._pauses import (
+    PAUSES_FILE as PAUSES_FILE,
+    PauseFileError as PauseFileError,
+    read_pauses as read_pauses,
+    write_pauses as write_pauses,
+)
 from ._producer_snapshot import read_snapshot as read_snapshot
 from ._producer_state import (
     ProducerEntry as ProducerEntry,

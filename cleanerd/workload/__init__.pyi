@@ -12,8 +12,10 @@ from ._spec import (
     DEFAULT_START_TIMESTAMP as DEFAULT_START_TIMESTAMP,
     KEY_DISTRIBUTIONS as KEY_DISTRIBUTIONS,
     TIMESTAMP_MODES as TIMESTAMP_MODES,
+    WARMUP_VERSION_HEADER as WARMUP_VERSION_HEADER,
     WorkloadError as WorkloadError,
     WorkloadSpec as WorkloadSpec,
+    warmup_spec as warmup_spec,
 )
 from ._summary import (
     PartitionResult as PartitionResult,

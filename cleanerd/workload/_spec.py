@@ -134,6 +134,33 @@ class WorkloadSpec:
         return dataclasses.asdict(self)
 
 
+WARMUP_VERSION_HEADER = "v"
+"""The header the warm-up log's records carry a version in (the header strategy reads it)."""
+
+
+def warmup_spec(codec: str) -> WorkloadSpec:
+    """A log small enough to write and clean in a blink, yet with every kind of batch: tombstones,
+    headers with a version, idempotent and transactional producers (commits and aborts), several
+    segments with index entries. ``cleanerd warmup`` and the daemon's kernel load clean it to
+    make numba compile (or load) the kernels a real cleaning calls."""
+    return WorkloadSpec(
+        topic="warmup",
+        records=300,
+        keys=40,
+        value_bytes=16,
+        tombstone_ratio=0.2,
+        codec=codec,
+        records_per_batch=10,
+        headers=1,
+        version_header=WARMUP_VERSION_HEADER,
+        idempotent_producers=1,
+        transactional_producers=2,
+        abort_ratio=0.5,
+        segment_bytes=4 * 1024,
+        index_interval_bytes=256,
+    )
+
+
 def _at_least(name: str, value: int, minimum: int) -> None:
     if value < minimum:
         raise WorkloadError(name, f"must be at least {minimum}, got {value}")

@@ -489,6 +489,8 @@ def test_changed_settings(tmp_path: Path) -> None:
     assert sorted(RESTART_SETTINGS) == [
         "cleanerd.engine.spark.master",
         "cleanerd.http.listen",
+        "cleanerd.http.tls.cert.file",
+        "cleanerd.http.tls.key.file",
         "cleanerd.log.format",
         "log.dirs",
     ]

@@ -230,7 +230,7 @@ def test_image_settings(image: Image) -> None:
     assert c["StopSignal"] == "SIGTERM"
     assert f"NUMBA_CACHE_DIR={CACHE}" in c["Env"]
     assert c["Healthcheck"]["Test"][:2] == ["CMD", "python3"]
-    assert "127.0.0.1:9404/healthz" in c["Healthcheck"]["Test"][-1]
+    assert "127.0.0.1:9404/readyz" in c["Healthcheck"]["Test"][-1]
     labels = c["Labels"]
     assert labels["org.opencontainers.image.version"] == __version__
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"

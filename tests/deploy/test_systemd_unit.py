@@ -23,6 +23,7 @@ from cleanerd.cli import COMMANDS, cli
 from cleanerd.config import CleanerdConfig, load_config
 from cleanerd.config._sources import ENV_NAMES
 from cleanerd.service._systemd import SystemdNotifier
+from cleanerd.storage import PAUSES_FILE
 from tests.support.tools import require
 
 REPO = Path(__file__).resolve().parents[2]
@@ -281,4 +282,23 @@ def test_an_invalid_config_is_not_restarted_in_a_loop(tmp_path: Path) -> None:
         check=False,
     )
     assert "log.cleaner.threads" in result.stderr
+    assert str(result.returncode) in _one("RestartPreventExitStatus").split()
+
+
+@pytest.mark.slow
+def test_a_damaged_pause_record_is_not_restarted_in_a_loop(tmp_path: Path) -> None:
+    """The daemon refuses to start past a pause record it cannot read (it would clean what
+    someone paused), with a code the unit does not restart on: only an operator can fix it."""
+    (tmp_path / PAUSES_FILE).write_text('{"version": 1, "paused": "orders-3"}\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CLEANERD_")}
+    result = subprocess.run(
+        [str(VENV_CLEANERD), "run", "--set", f"log.dirs={tmp_path}"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**env, "CLEANERD_HTTP_LISTEN": "off"},
+        timeout=120,
+        check=False,
+    )
+    assert str(tmp_path / PAUSES_FILE) in result.stderr
     assert str(result.returncode) in _one("RestartPreventExitStatus").split()

@@ -3,6 +3,7 @@ README's metrics table kept in step with what the daemon exports."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
@@ -15,10 +16,13 @@ from pathlib import Path
 
 import pytest
 
+from cleanerd.config import client_context
 from cleanerd.service._metrics_doc import METRICS_DOC
-from cleanerd.storage import LogDir
+from cleanerd.storage import PAUSES_FILE, LogDir
 from tests.support.e2e_support import REPO, DaemonProcess, free_port, write_config
+from tests.support.logs import tree_hash
 from tests.support.polling import poll_until
+from tests.support.tls import issued, self_signed
 
 
 def _cleanerd(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -125,6 +129,92 @@ def test_ctl_pauses_resumes_and_requests_a_clean(tmp_path: Path) -> None:
     down = _cleanerd("ctl", "status", "--url", f"http://127.0.0.1:{free_port()}")
     assert down.returncode == 1
     assert "is cleanerd running?" in down.stderr
+
+
+def test_a_ctl_pause_outlives_a_restart(tmp_path: Path) -> None:
+    """Paused with ``ctl``, stopped, started again: the partition is still paused, and not one
+    byte of it changed while the daemon cleaned its neighbour."""
+    logdir = tmp_path / "logs"
+    gen = _cleanerd("gen", str(logdir), "--records", "3000", "--partitions", "2")
+    assert gen.returncode == 0, gen.stderr
+    config = write_config(
+        tmp_path,
+        {"log.dirs": str(logdir), "log.cleanup.policy": "compact", "log.cleaner.threads": 0},
+    )
+    with DaemonProcess(config, tmp_path) as d:
+        paused = _cleanerd("ctl", "pause", "demo", "0", "--config", str(config))
+        assert paused.returncode == 0, paused.stderr
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
+    assert json.loads((logdir / PAUSES_FILE).read_text())["paused"] == [
+        {"topic": "demo", "partition": 0, "pauses": 1}
+    ]
+    before = tree_hash(logdir / "demo-0")
+    config = write_config(
+        tmp_path,
+        {"log.dirs": str(logdir), "log.cleanup.policy": "compact", "log.cleaner.threads": 1},
+    )
+    with DaemonProcess(config, tmp_path) as d:
+        by_tp = poll_until(
+            lambda: (
+                (p := {x["tp"]: x for x in d.status()["partitions"]})["demo-1"]["cleanings"] and p
+            ),
+            timeout=60,
+            what="the unpaused partition's cleaning",
+        )
+        assert (by_tp["demo-0"]["state"], by_tp["demo-0"]["paused_count"]) == ("paused", 1)
+        assert by_tp["demo-0"]["cleanings"] == 0
+        assert any(x.get("event") == "pauses restored" for x in d.logs())
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
+    assert tree_hash(logdir / "demo-0") == before
+
+
+def test_run_refuses_a_damaged_pause_record_with_exit_2(tmp_path: Path) -> None:
+    (tmp_path / PAUSES_FILE).write_text("{not json\n")
+    result = _cleanerd("run", "--set", f"log.dirs={tmp_path}", "--set", "cleanerd.http.listen=off")
+    assert result.returncode == 2, result.stderr
+    assert f"error: {tmp_path / PAUSES_FILE}: not JSON" in result.stderr
+    assert "fix or remove it" in result.stderr
+
+
+def test_ctl_talks_https_to_a_daemon_serving_tls(tmp_path: Path) -> None:
+    """A daemon with a certificate serves https only; ``ctl --config`` trusts that certificate
+    (it names no 127.0.0.1), ``--cacert`` of another CA is refused, ``ctl ready`` says ready."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    cert, key = self_signed(tmp_path, hosts=("cleanerd.example",))
+    port = free_port()
+    config = write_config(
+        tmp_path,
+        {
+            "log.dirs": str(logdir),
+            "cleanerd.http.listen": f"127.0.0.1:{port}",
+            "cleanerd.http.tls.cert.file": str(cert),
+            "cleanerd.http.tls.key.file": str(key),
+        },
+    )
+    command = [sys.executable, "-m", "cleanerd", "run", "--config", str(config)]
+    trust = client_context(pinned=cert)
+    with DaemonProcess(config, tmp_path, command=command, port=port, tls=trust) as d:
+        assert d.base_url == f"https://127.0.0.1:{port}"
+        record_file = logdir / ".cleanerd-http.json"
+        poll_until(lambda: record_file.exists() or None, timeout=30, what="the address record")
+        assert json.loads(record_file.read_text())["url"] == f"https://127.0.0.1:{port}"
+        status = _cleanerd("ctl", "status", "--config", str(config))
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["ready"] is True
+        ready = _cleanerd("ctl", "ready", "--config", str(config))
+        assert ready.returncode == 0, ready.stderr
+        assert json.loads(ready.stdout)["ready"] is True
+        other_ca, _, _ = issued(tmp_path, "other")
+        refused = _cleanerd("ctl", "status", "--config", str(config), "--cacert", str(other_ca))
+        assert refused.returncode == 1
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.stderr
+        with pytest.raises(http.client.RemoteDisconnected):  # plain HTTP on it: no answer
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10)
+        d.signal(signal.SIGTERM)
+        assert d.wait(timeout=30) == 0
 
 
 def test_ctl_config_talks_to_the_port_the_daemon_listens_on(tmp_path: Path) -> None:

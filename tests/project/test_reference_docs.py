@@ -26,6 +26,7 @@ HAND_WRITTEN = (
 )
 PACKAGES = {p.name for p in (REPO / "cleanerd").iterdir() if (p / "__init__.py").is_file()}
 FILE_SUFFIXES = (".toml", ".yml", ".json", ".service", ".conf", ".log", ".properties", ".md")
+HOST_SUFFIXES = (".com", ".org", ".net", ".local", ".internal")
 SERIES_SUFFIXES = ("_bucket", "_sum", "_count")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
@@ -121,8 +122,8 @@ def test_every_setting_a_document_names_exists() -> None:
             name = span.split("=")[0].strip().strip('"')
             if not re.fullmatch(r"(log|cleanerd)\.[a-z0-9.]+[a-z0-9]", name):
                 continue
-            if name.endswith(FILE_SUFFIXES) or name.split(".")[1] in PACKAGES:
-                continue  # a file (cleanerd.toml) or a module (cleanerd.spark.build_session)
+            if name.endswith(FILE_SUFFIXES + HOST_SUFFIXES) or name.split(".")[1] in PACKAGES:
+                continue  # a file (cleanerd.toml), a host or a module (cleanerd.spark.executor)
             if name in KNOWN or name in topic_names or name.startswith(SPARK_CONF_PREFIX):
                 continue
             problems.append(f"{document.relative_to(REPO)}: {name}")

@@ -213,6 +213,68 @@ def test_pause_twice_needs_resume_twice(one: CleanerManager) -> None:
     assert one.status(_tp("nope")) is None
 
 
+def test_restored_pauses_hold_from_the_first_survey_so_no_grab_sees_them(
+    tmp_path: Path,
+) -> None:
+    """Pauses recorded by an earlier run, handed over before the first survey: the overdue log
+    that would be grabbed first is paused, with its count, and never grabbed."""
+    _log(tmp_path, "t", [OLD] * 3)
+    _log(tmp_path, "u", [RECENT] * 3)
+    manager = _manager(tmp_path)
+    manager.restore_pauses(tmp_path, {_tp("t"): 2})
+    _refresh(manager)
+    status = manager.status(_tp("t"))
+    assert status is not None
+    assert (status.state, status.paused_count) == (CleaningState.PAUSED, 2)
+    assert _grab(manager).tp == _tp("u")
+    assert manager.grab() is None
+    assert manager.pauses() == {tmp_path: {_tp("t"): 2}}
+    manager.resume(_tp("t"))
+    assert manager.pauses() == {tmp_path: {_tp("t"): 1}}
+    manager.resume(_tp("t"))
+    assert manager.pauses() == {tmp_path: {}}
+
+
+def test_a_restored_pause_of_a_known_partition_adds_to_its_pauses(one: CleanerManager) -> None:
+    one.pause(_tp("t"))
+    one.restore_pauses(one.log_dirs[0], {_tp("t"): 1})
+    status = one.status(_tp("t"))
+    assert status is not None
+    assert (status.state, status.paused_count) == (CleaningState.PAUSED, 2)
+
+
+def test_a_pause_goes_with_its_partition(tmp_path: Path) -> None:
+    """A recorded pause of a partition the listed log dir does not hold is dropped (said once);
+    a paused partition whose dir goes away takes its pause along."""
+    _log(tmp_path, "t", [RECENT] * 3)
+    manager = _manager(tmp_path)
+    manager.restore_pauses(tmp_path, {_tp("gone"): 1, _tp("t"): 1})
+    assert manager.pauses() == {tmp_path: {_tp("gone"): 1, _tp("t"): 1}}
+    with capture_logs() as logs:
+        _refresh(manager)
+        _refresh(manager)
+    assert manager.pauses() == {tmp_path: {_tp("t"): 1}}
+    dropped = [e for e in logs if e["event"].startswith("a recorded pause names a partition")]
+    assert [(e["partition"], e["log_level"]) for e in dropped] == [("gone-0", "warning")]
+    shutil.rmtree(tmp_path / _tp("t").dir_name)
+    _refresh(manager)
+    assert manager.pauses() == {tmp_path: {}}
+
+
+def test_a_restored_pause_waits_while_its_log_dir_cannot_be_listed(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    _log(first, "t", [RECENT] * 3)
+    manager = CleanerManager([first, second], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    manager.restore_pauses(second, {_tp("u"): 1})
+    _refresh(manager)  # b does not exist: it cannot be listed, its partitions are unknown
+    assert manager.pauses() == {first: {}, second: {_tp("u"): 1}}
+    _log(second, "u", [OLD] * 3)
+    _refresh(manager)
+    assert _state(manager, "u") is CleaningState.PAUSED
+    assert _grab(manager).tp == _tp("t")
+    assert manager.pauses() == {first: {}, second: {_tp("u"): 1}}
+
+
 def test_pause_in_progress_aborts_then_pauses_on_release(one: CleanerManager) -> None:
     tp = _tp("t")
     _grab(one)

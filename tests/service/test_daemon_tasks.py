@@ -103,7 +103,7 @@ async def test_a_pause_sets_the_running_cleanings_abort_signal_and_it_aborts(
             assert isinstance(signal, threading.Event)  # the cleaning's own Event's is_set
             assert not signal.is_set()
             tp = next(s.tp for s in daemon.manager.statuses() if s.state.value == "in_progress")
-            status = daemon.pause(tp)
+            status = await daemon.pause(tp)
             assert status is not None
             assert status.state.value == "aborted"
             assert signal.is_set()  # set from the loop, at once
@@ -227,7 +227,7 @@ async def test_a_pause_while_the_worker_waits_for_memory_takes_no_thread(
         with structlog.testing.capture_logs() as logs:
             await until(lambda: daemon.budget.waiting > 0)
             (tp,) = [s.tp for s in daemon.manager.statuses() if s.state.value == "in_progress"]
-            daemon.pause(tp)
+            await daemon.pause(tp)
             daemon.budget.release(held)
             await until(lambda: daemon.manager.status(tp).state.value == "paused")  # type: ignore[union-attr]
         assert tp.dir_name not in cleanings.dirs

@@ -11,6 +11,8 @@ import pytest
 import pytest_asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
+from cleanerd.config import client_context
+from cleanerd.config._tls import server_context
 from cleanerd.scheduling import CleaningState, PartitionStatus
 from cleanerd.service import DaemonStatus
 from cleanerd.service._http import (
@@ -23,8 +25,9 @@ from cleanerd.service._http import (
     start_http,
 )
 from cleanerd.service._metrics import DaemonMetrics
-from cleanerd.storage import TopicPartition
+from cleanerd.storage import StorageError, TopicPartition
 from tests.support.daemon_stub import remote_peer
+from tests.support.tls import self_signed
 
 TOKEN = "s3cret-token"
 TIMEOUT = aiohttp.ClientTimeout(total=10)
@@ -52,6 +55,8 @@ class FakeDaemon:
             ),
         }
         self.health = (True, "")
+        self.ready: tuple[bool, dict[str, str]] = (True, {"kernels": "loaded", "health": "ok"})
+        self.record_error: str | None = None  # a pause's record cannot be written
         self.calls: list[tuple[str, TopicPartition]] = []
 
     def status(self) -> DaemonStatus:
@@ -71,13 +76,19 @@ class FakeDaemon:
             status.state = state
         return status
 
-    def pause(self, tp: TopicPartition) -> PartitionStatus | None:
-        return self._act("pause", tp, CleaningState.PAUSED)
+    def readiness(self) -> tuple[bool, dict[str, str]]:
+        return self.ready
 
-    def resume(self, tp: TopicPartition) -> PartitionStatus | None:
+    async def pause(self, tp: TopicPartition) -> PartitionStatus | None:
+        status = self._act("pause", tp, CleaningState.PAUSED)
+        if self.record_error is not None:
+            raise StorageError(self.record_error)
+        return status
+
+    async def resume(self, tp: TopicPartition) -> PartitionStatus | None:
         return self._act("resume", tp, CleaningState.IDLE)
 
-    def clean(self, tp: TopicPartition) -> PartitionStatus | None:
+    async def clean(self, tp: TopicPartition) -> PartitionStatus | None:
         return self._act("clean", tp, CleaningState.IDLE)
 
 
@@ -133,6 +144,70 @@ async def test_healthz_ok_and_503(
     async with client.get(_url(server, "/healthz")) as resp:
         assert resp.status == 503
         assert "worker 1 is dead" in await resp.text()
+
+
+@pytest.mark.asyncio
+async def test_readyz_is_200_when_ready_else_503_naming_what_is_pending(
+    server: HttpServer, client: aiohttp.ClientSession, daemon: FakeDaemon
+) -> None:
+    async with client.get(_url(server, "/readyz")) as resp:
+        assert resp.status == 200
+        assert await resp.json() == {
+            "ready": True,
+            "pending": [],
+            "kernels": "loaded",
+            "health": "ok",
+        }
+    daemon.ready = (False, {"survey": "done", "kernels": "loading", "health": "ok"})
+    async with client.get(_url(server, "/readyz")) as resp:
+        assert resp.status == 503
+        body = await resp.json()
+    assert body["pending"] == ["kernels"]
+    assert (body["ready"], body["kernels"]) == (False, "loading")
+
+
+@pytest.mark.asyncio
+async def test_readyz_is_open_to_remote_peers(
+    remote_server: HttpServer, client: aiohttp.ClientSession
+) -> None:
+    async with client.get(_url(remote_server, "/readyz")) as resp:
+        assert resp.status == 200
+
+
+@pytest.mark.asyncio
+async def test_a_pause_that_could_not_be_recorded_is_a_500_saying_so(
+    server: HttpServer, client: aiohttp.ClientSession, daemon: FakeDaemon
+) -> None:
+    daemon.record_error = "/d/cleanerd-paused.json: cannot write: No space left on device"
+    async with client.post(_url(server, "/partitions/orders/0/pause")) as resp:
+        assert resp.status == 500
+        error = (await resp.json())["error"]
+    assert error.startswith("pause orders-0 took effect but was not recorded (/d/cleanerd-paused")
+    assert error.endswith("a restart would undo it")
+
+
+@pytest.mark.asyncio
+async def test_with_tls_it_serves_https_and_refuses_plain_http(
+    daemon: FakeDaemon, client: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    cert, key = self_signed(tmp_path)
+    tls = server_context(cert, key)
+    srv = await start_http(daemon, DaemonMetrics(daemon.status), "127.0.0.1", 0, tls=tls)
+    try:
+        trust = client_context(pinned=cert)
+        url = f"https://127.0.0.1:{srv.port}"
+        async with client.get(f"{url}/healthz", ssl=trust) as resp:
+            assert (resp.status, await resp.text()) == (200, "ok\n")
+        async with client.post(f"{url}/partitions/orders/0/pause", ssl=trust) as resp:
+            assert (await resp.json())["state"] == "paused"
+        with pytest.raises(aiohttp.ClientError):  # no plain HTTP on a TLS port
+            async with client.get(_url(srv, "/healthz")) as resp:
+                await resp.read()
+        with pytest.raises(aiohttp.ClientConnectorCertificateError):  # an unknown certificate
+            async with client.get(f"{url}/healthz") as resp:
+                await resp.read()
+    finally:
+        await srv.close()
 
 
 @pytest.mark.asyncio

@@ -27,7 +27,10 @@ class OnePartition:
     def healthy(self) -> tuple[bool, str]:
         return True, "ok"
 
-    def pause(self, tp: TopicPartition) -> PartitionStatus | None:
+    def readiness(self) -> tuple[bool, dict[str, str]]:
+        return True, {"health": "ok"}
+
+    async def pause(self, tp: TopicPartition) -> PartitionStatus | None:
         return None
 
     resume = clean = pause

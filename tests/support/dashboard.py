@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import ProcessCollector
+
 from cleanerd.service._metrics_doc import METRICS_DOC
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,8 +90,9 @@ def metric_names(expr: str) -> set[str]:
 
 
 def documented_samples() -> set[str]:
-    """Sample names the daemon's metrics produce, from METRICS_DOC."""
-    out = set()
+    """Sample names the daemon's metrics produce: METRICS_DOC's, and the process collector's
+    (``process_open_fds``, ...) that its registry carries too."""
+    out = {s.name for m in ProcessCollector(registry=None).collect() for s in m.samples}
     for doc in METRICS_DOC:
         if doc.type == "histogram":
             out |= {f"{doc.name}_bucket", f"{doc.name}_sum", f"{doc.name}_count"}

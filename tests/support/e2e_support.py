@@ -1,8 +1,9 @@
 """Helpers for end-to-end tests that run ``cleanerd run`` as a real process, as a user would.
 
 The daemon's contract the harness relies on: ``python -m cleanerd run --config FILE`` with
-repeatable ``--set NAME=VALUE``; ``/healthz``, ``/metrics`` and ``/status`` on
-``cleanerd.http.listen``; JSON log lines on stderr when stderr is not a TTY.
+repeatable ``--set NAME=VALUE``; ``/readyz``, ``/healthz``, ``/metrics`` and ``/status`` on
+``cleanerd.http.listen`` (over TLS with ``cleanerd.http.tls.*``); JSON log lines on stderr when
+stderr is not a TTY.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import math
 import os
 import signal as signals
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -137,12 +139,13 @@ def parse_log_lines(text: str) -> list[dict[str, Any]]:
 
 # --- the daemon as a process --------------------------------------------------------------------
 class DaemonProcess:
-    """``cleanerd run`` in a subprocess: start, wait for ``/healthz``, talk HTTP, signal, stop.
+    """``cleanerd run`` in a subprocess: start, wait for ``/readyz``, talk HTTP, signal, stop.
 
     Output goes to ``<name>.stdout`` / ``<name>.stderr`` in ``tmp_path``. Leaving the ``with``
     block kills the process if it still runs (tests that want a clean stop send SIGTERM and
     ``wait`` first). ``CLEANERD_*`` variables of the test environment are not passed on: the
-    daemon refuses unknown ones; ``env`` adds (or overrides) variables.
+    daemon refuses unknown ones; ``env`` adds (or overrides) variables. With ``tls`` (the
+    client's context) it talks https to a daemon configured for TLS.
     """
 
     def __init__(
@@ -157,9 +160,11 @@ class DaemonProcess:
         ready_timeout: float = 60.0,
         command: Sequence[str] | None = None,
         name: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.port = free_port() if port is None else port
-        self.base_url = f"http://{HOST}:{self.port}"
+        self.tls = tls
+        self.base_url = f"{'http' if tls is None else 'https'}://{HOST}:{self.port}"
         base = [sys.executable, "-m", "cleanerd", "run"]
         if config is not None:
             base += ["--config", str(config)]
@@ -189,7 +194,8 @@ class DaemonProcess:
         return self
 
     def wait_ready(self, timeout: float | None = None) -> None:
-        """Poll ``/healthz`` until it answers 200; fail early when the process exits."""
+        """Poll ``/readyz`` until it answers 200 (surveyed, kernels loaded, healthy); fail early
+        when the process exits."""
         deadline = time.monotonic() + (self.ready_timeout if timeout is None else timeout)
         last = "no answer yet"
         while True:
@@ -197,14 +203,14 @@ class DaemonProcess:
             if code is not None:
                 raise AssertionError(f"daemon exited with {code} before it was ready{self._tail()}")
             try:
-                status, body = self.get("/healthz", timeout=2.0)
+                status, body = self.get("/readyz", timeout=2.0)
                 if status == 200:
                     return
                 last = f"{status} {body.strip()!r}"
             except OSError as e:
                 last = str(e)
             if time.monotonic() >= deadline:
-                raise AssertionError(f"daemon not healthy in time (last: {last}){self._tail()}")
+                raise AssertionError(f"daemon not ready in time (last: {last}){self._tail()}")
             time.sleep(0.05)
 
     def __enter__(self) -> DaemonProcess:
@@ -272,7 +278,7 @@ class DaemonProcess:
             data=b"" if method == "POST" else None,
         )
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
+            with urllib.request.urlopen(req, timeout=timeout, context=self.tls) as resp:
                 return int(resp.status), resp.read().decode()
         except urllib.error.HTTPError as e:
             with e:

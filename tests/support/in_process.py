@@ -1,0 +1,45 @@
+"""The daemon run in the test's own event loop: built from ``--set``-style settings, with a
+systemd notifier that records what it would have sent."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from cleanerd.config import load_config
+from cleanerd.service import Daemon
+from cleanerd.service._systemd import SystemdNotifier
+
+
+class RecordingNotifier(SystemdNotifier):
+    """Keeps each notification's lines instead of sending them."""
+
+    def __init__(self) -> None:
+        super().__init__("/nonexistent/notify")
+        self.sent: list[tuple[str, ...]] = []
+
+    def notify(self, *lines: str) -> bool:
+        self.sent.append(lines)
+        return True
+
+    @property
+    def readies(self) -> int:
+        """How many READY=1 were sent."""
+        return sum("READY=1" in lines for lines in self.sent)
+
+
+def compacting_daemon(
+    logdir: Path,
+    settings: Mapping[str, str] | None = None,
+    notifier: SystemdNotifier | None = None,
+) -> Daemon:
+    """A daemon over ``logdir`` that compacts every topic, its HTTP port on any free port, with
+    ``settings`` (Kafka names) besides."""
+    overrides = {
+        "log.dirs": str(logdir),
+        "cleanerd.http.listen": "127.0.0.1:0",
+        "log.cleanup.policy": "compact",
+        **(settings or {}),
+    }
+    loaded = load_config(env={}, overrides=overrides)
+    return Daemon(loaded, lambda: loaded, notifier=notifier)
