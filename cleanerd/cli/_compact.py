@@ -212,6 +212,8 @@ def _run(
             results.append(summary)
             if summary.checkpoint_reset is not None:
                 click.echo(f"warning: {name}: {summary.checkpoint_reset}", err=True)
+            if summary.ledger_error is not None:
+                click.echo(f"warning: {name}: {summary.ledger_error}", err=True)
             for problem in summary.txn_index_problems:
                 click.echo(f"warning: {name}: transaction index rebuilt: {problem}", err=True)
             if fmt == "json":

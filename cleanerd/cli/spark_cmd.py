@@ -147,6 +147,8 @@ def compact(
         results.append(o.summary)
         if o.summary.checkpoint_reset is not None:
             click.echo(f"warning: {o.partition}: {o.summary.checkpoint_reset}", err=True)
+        if o.summary.ledger_error is not None:
+            click.echo(f"warning: {o.partition}: {o.summary.ledger_error}", err=True)
         for problem in o.summary.txn_index_problems:
             click.echo(f"warning: {o.partition}: transaction index rebuilt: {problem}", err=True)
         if fmt == "json":

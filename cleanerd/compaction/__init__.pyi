@@ -1,6 +1,10 @@
 """The front door of ``cleanerd.compaction``: what other packages may use (see __init__.py)."""
 
-from ._batches import index_and_hash as index_and_hash, transaction_verdicts as transaction_verdicts
+from ._batches import (
+    control_types as control_types,
+    index_and_hash as index_and_hash,
+    transaction_verdicts as transaction_verdicts,
+)
 from ._bounds import Bound as Bound, as_rolled as as_rolled
 from ._cleaned._group_writer import write_group as write_group
 from ._cleaner import (
@@ -31,6 +35,10 @@ from ._external import (
     transaction_states as transaction_states,
     winner_map as winner_map,
 )
+from ._ledger import (
+    ENGINE_LOCAL as ENGINE_LOCAL,
+    ENGINE_SPARK as ENGINE_SPARK,
+)
 from ._offset_map._map import (
     DEFAULT_LOAD_FACTOR as DEFAULT_LOAD_FACTOR,
     OffsetMap as OffsetMap,
@@ -48,7 +56,7 @@ from ._segment_walk import (
     walk_segment as walk_segment,
 )
 from ._stats import CleanerStats as CleanerStats
-from ._strategy import compute_versions as compute_versions
+from ._strategy import compute_versions as compute_versions, wins as wins
 from ._summary import (
     CompactionProgress as CompactionProgress,
     CompactionSummary as CompactionSummary,

@@ -76,10 +76,12 @@ class CleaningAbortedError(Exception):
 
 @dataclass(frozen=True)
 class CleanResult:
-    """Where the next cleaning starts (the new checkpoint) and what this one did."""
+    """Where the next cleaning starts (the new checkpoint) and what this one did;
+    ``ledger_error``: why its erasure ledger entry was not written (``_ledger``), if so."""
 
     end_offset: int
     stats: CleanerStats
+    ledger_error: str | None = None
 
 
 def segment_sizes(segment: LogSegment) -> SegmentSizes:

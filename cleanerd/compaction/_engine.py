@@ -8,12 +8,14 @@ plan's range, close. These few functions are that sequence, written once.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from cleanerd.compaction._cleaner import Cleaner, CleanResult
 from cleanerd.compaction._cleaning_plan import CleaningPlan, LogMeta, cleaner_checkpoint, plan
+from cleanerd.compaction._ledger import ENGINE_LOCAL, record_cleaning, segment_sizes
 from cleanerd.format import limit_decompression
 from cleanerd.storage import PartitionLog, wall_clock_ms
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
@@ -64,9 +66,19 @@ def clean_once(
     """Plan ``log`` at ``now_ms`` and run one cleaning over the plan's range (nothing when the
     range is empty): Kafka's ``cleanLog`` for one log, whatever its dirty ratio. Tombstones
     reaching ``keep_tombstones_from`` stay (``Cleaner.clean``: by default, those its snapshots
-    need)."""
+    need). A cleaning that swapped segments in gets its erasure ledger entry (``_ledger``)."""
     _, p = plan_log(log, config, now_ms)
+    before = segment_sizes(log)
     result = cleaner.clean(
         log, p, config, strategy, now_ms, abort_check, keep_tombstones_from=keep_tombstones_from
     )
-    return p, result
+    problem = record_cleaning(
+        log,
+        first_dirty=p.first_dirty_offset,
+        end=result.end_offset,
+        stats=result.stats,
+        before=before,
+        engine=ENGINE_LOCAL,
+        strategy=strategy,
+    )
+    return p, result if problem is None else dataclasses.replace(result, ledger_error=problem)

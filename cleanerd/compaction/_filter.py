@@ -334,6 +334,7 @@ def decide_chunk(
         aborted_records_removed=int(counts[aborted_data].sum()),
         batches_dropped_without_decompressing=int((delete | discard_records).sum())
         + cached_dropped,
+        batch_records_deleted=int(counts[delete].sum()),
     )
     rebuild = np.flatnonzero(action == Action.REBUILD)
     if cache is not None and first is not None and hit[rebuild].any():

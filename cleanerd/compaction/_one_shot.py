@@ -44,6 +44,7 @@ from cleanerd.compaction._cleaner import Cleaner
 from cleanerd.compaction._cleaning_plan import CleaningPlan, cleaner_checkpoint
 from cleanerd.compaction._engine import never, plan_log
 from cleanerd.compaction._external import PassCleaner, PassFactory
+from cleanerd.compaction._ledger import ENGINE_LOCAL, ENGINE_SPARK, record_cleaning, segment_sizes
 from cleanerd.compaction._offset_map._map import DEFAULT_LOAD_FACTOR, OffsetMap
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._summary import (
@@ -99,6 +100,7 @@ def compact_partition(
     load_factor: float = DEFAULT_LOAD_FACTOR,
     roll_active: bool = False,
     passes: PassFactory | None = None,
+    engine: str | None = None,
 ) -> CompactionSummary:
     """Clean ``log`` until it is as compact as the rules allow at ``now_ms``; see the module doc.
 
@@ -121,9 +123,10 @@ def compact_partition(
             load_factor=load_factor,
             roll_active=roll_active,
             passes=passes,
+            engine=engine,
         )
     args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check, passes)
-    return _Run(log, *args).run(roll_active=roll_active)
+    return _Run(log, *args, engine=engine).run(roll_active=roll_active)
 
 
 def compact_directory(
@@ -141,24 +144,27 @@ def compact_directory(
     temp_root: Path | None = None,
     roll_active: bool = False,
     passes: PassFactory | None = None,
+    engine: str | None = None,
 ) -> CompactionSummary:
     """Open the partition dir (or, for a dry run, a copy of it in ``temp_root``) and compact it.
 
     ``passes`` makes the cleaner of each pass instead of a local ``Cleaner`` (the Spark engine's
-    hook: same passes, sweeps and summary, the map built elsewhere)."""
+    hook: same passes, sweeps and summary, the map built elsewhere). ``engine`` is what the
+    erasure ledger entry names (default: ``local``, or ``spark`` with ``passes``); a dry run
+    writes its entry into the copy, so none reaches the partition."""
     directory = Path(directory)
     args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check, passes)
     if not dry_run:
         log = PartitionLog(directory, log_config)
         try:
-            return _Run(log, *args).run(roll_active=roll_active)
+            return _Run(log, *args, engine=engine).run(roll_active=roll_active)
         finally:
             log.close()
     with tempfile.TemporaryDirectory(prefix="cleanerd-dry-run-", dir=temp_root) as tmp:
         copy = copy_partition(directory, Path(tmp))
         log = PartitionLog(copy, log_config)
         try:
-            summary = _Run(log, *args).run(roll_active=roll_active)
+            summary = _Run(log, *args, engine=engine).run(roll_active=roll_active)
         finally:
             log.close()
     return dataclasses.replace(summary, directory=str(directory), dry_run=True)
@@ -190,8 +196,12 @@ class _Run:
         progress: Progress | None,
         abort_check: Callable[[], bool],
         passes: PassFactory | None = None,
+        *,
+        engine: str | None = None,
     ) -> None:
         self.log = log
+        self.engine = engine or (ENGINE_LOCAL if passes is None else ENGINE_SPARK)
+        self.span: tuple[int, int] | None = None  # [first dirty, end) the passes covered
         # compacted whatever the policy says; the dirty ratio never holds a one-shot run back
         self.config = dataclasses.replace(config, compact=True, min_cleanable_dirty_ratio=0.0)
         self.strategy = strategy
@@ -234,6 +244,11 @@ class _Run:
         )
         result = self.cleaner.clean(self.log, p, config, self.strategy, now, self._check)
         self.stats.append(result.stats)
+        start, end = p.first_dirty_offset, result.end_offset
+        if end > start:
+            if self.span is not None:
+                start, end = min(start, self.span[0]), max(end, self.span[1])
+            self.span = (start, end)
         return result.end_offset
 
     def run(self, *, roll_active: bool = False) -> CompactionSummary:
@@ -257,6 +272,7 @@ class _Run:
     def _run(self, *, rolled: bool) -> CompactionSummary:
         started = time.monotonic()
         before = census(self.log)
+        sizes = segment_sizes(self.log)
         p = self._plan()
         reset = None
         if p.checkpoint_invalid:  # Kafka resets it to the log start too, with a warning
@@ -286,6 +302,17 @@ class _Run:
             bound = found.value
         after = census(self.log)
         total = CleanerStats.total(self.stats)
+        ledger_error = None
+        if self.span is not None:
+            ledger_error = record_cleaning(
+                self.log,
+                first_dirty=self.span[0],
+                end=self.span[1],
+                stats=total,
+                before=sizes,
+                engine=self.engine,
+                strategy=self.strategy,
+            )
         return CompactionSummary(
             partition=self.partition,
             directory=str(self.log.directory),
@@ -318,6 +345,7 @@ class _Run:
             note=note,
             txn_index_problems=total.txn_index_problems,
             checkpoint_reset=reset,
+            ledger_error=ledger_error,
         )
 
     def _sweep(self, p: CleaningPlan, upper: int) -> int:

@@ -34,6 +34,7 @@ _COUNTERS = (
     "batches_copied",
     "batches_rebuilt",
     "batches_dropped_without_decompressing",
+    "batch_records_deleted",
     "anomalous_version_headers",
     "passes",
 )
@@ -72,6 +73,7 @@ class CleanerStats:
     batches_copied: int = 0  # kept whole, copied as bytes
     batches_rebuilt: int = 0
     batches_dropped_without_decompressing: int = 0
+    batch_records_deleted: int = 0  # in batches deleted whole, unread (not in messages_read)
     anomalous_version_headers: int = 0  # header strategy: version header of the wrong length
     passes: int = 0  # completed passes: ``all_done`` counts one
     txn_indexes_rebuilt: int = 0  # .txnindex files that disagreed with the ABORT markers
@@ -119,6 +121,7 @@ class CleanerStats:
         batches_copied: int = 0,
         batches_rebuilt: int = 0,
         batches_dropped_without_decompressing: int = 0,
+        batch_records_deleted: int = 0,
         anomalous_version_headers: int = 0,
     ) -> None:
         """Add cleanerd's own counts, as the cleaner learns them per batch."""
@@ -129,6 +132,7 @@ class CleanerStats:
         self.batches_copied += batches_copied
         self.batches_rebuilt += batches_rebuilt
         self.batches_dropped_without_decompressing += batches_dropped_without_decompressing
+        self.batch_records_deleted += batch_records_deleted
         self.anomalous_version_headers += anomalous_version_headers
 
     # --- derived figures -----------------------------------------------------------------------
@@ -189,6 +193,12 @@ class CleanerStats:
     @property
     def records_removed(self) -> int:
         return max(0, self.messages_read - self.messages_written)
+
+    @property
+    def records_erased(self) -> int:
+        """Every record the cleaning removed: ``records_removed`` and the records of the
+        batches it deleted whole without reading them (the erasure ledger's count)."""
+        return max(0, self.messages_read + self.batch_records_deleted - self.messages_written)
 
     # --- combining and reporting ---------------------------------------------------------------
 

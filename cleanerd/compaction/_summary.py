@@ -86,6 +86,7 @@ class CompactionSummary:
     tombstones_superseded: int | None = None  # a newer record of their key won
     compile_seconds: float = 0.0  # numba compiling kernels on their first call (not cleaning)
     kernels_compiled: int = 0  # 0 once the kernel cache is warm (``cleanerd warmup``)
+    ledger_error: str | None = None  # the erasure ledger entry could not be written: why
 
     @property
     def records_removed(self) -> int:

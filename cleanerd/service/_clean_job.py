@@ -34,6 +34,7 @@ class JobResult:
     bytes_deleted: int = 0
     engine: str = "local"  # or "spark" (service._spark_engine)
     plan: str | None = None  # a Spark cleaning's plan, A or B
+    ledger_error: str | None = None  # its erasure ledger entry was not written: why
 
 
 class CleanerSlot:
@@ -82,6 +83,7 @@ def run_clean(
         seconds=time.monotonic() - started,
         segments_deleted=deleted,
         bytes_deleted=bytes_deleted,
+        ledger_error=result.ledger_error,
     )
 
 

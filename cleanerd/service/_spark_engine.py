@@ -134,6 +134,7 @@ class SparkEngine:
             bytes_deleted=bytes_deleted,
             engine=SPARK,
             plan=str(outcome.plan),
+            ledger_error=summary.ledger_error,
         )
 
     async def stop(self, timeout_s: float, run: Blocking = in_default_pool) -> None:

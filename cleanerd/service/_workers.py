@@ -346,6 +346,8 @@ class WorkerPool:
             bound.info("log cleaned", **fields)
         for problem in stats.txn_index_problems:
             bound.warning("transaction index rebuilt from the ABORT markers", problem=problem)
+        if result.ledger_error is not None:
+            bound.warning("cleaned, but no erasure ledger entry", error=result.ledger_error)
         if stats.invalid_messages_read:
             bound.warning("unkeyed records removed", count=stats.invalid_messages_read)
         if stats.anomalous_version_headers:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from cleanerd.compaction import (
     DEFAULT_DEDUPE_BUFFER_BYTES,
     DEFAULT_LOAD_FACTOR,
+    ENGINE_SPARK,
     CompactionError,
     CompactionSummary,
     Throttler,
@@ -190,6 +191,7 @@ def run_plan_a(spec: tuple[PartitionJob, Options]) -> tuple[CompactionSummary | 
             map_bytes=max(options.task_budget_bytes, map_bytes_needed(2, job.strategy)),
             dry_run=options.dry_run,
             roll_active=options.roll_active,
+            engine=ENGINE_SPARK,  # the local engine, in a Spark task: the ledger says Spark
         )
     except FAILURES as e:
         return None, _failed(e, repairs)

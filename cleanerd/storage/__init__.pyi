@@ -22,6 +22,16 @@ from ._chunks import (
     iter_chunks as iter_chunks,
     release as release,
 )
+from ._erasure_ledger import (
+    LEDGER_FILE as LEDGER_FILE,
+    MAX_LEDGER_BYTES as MAX_LEDGER_BYTES,
+    Ledger as Ledger,
+    LedgerEntry as LedgerEntry,
+    append_ledger_entry as append_ledger_entry,
+    iso_ms as iso_ms,
+    new_ledger_entry as new_ledger_entry,
+    read_ledger as read_ledger,
+)
 from ._errors import (
     CorruptIndexError as CorruptIndexError,
     LogDirLockedError as LogDirLockedError,
@@ -50,6 +60,7 @@ from ._logdir import (
     Holding as Holding,
     LogDir as LogDir,
     LogDirHolder as LogDirHolder,
+    parse_any_partition_dir_name as parse_any_partition_dir_name,
     parse_partition_dir_name as parse_partition_dir_name,
 )
 from ._partition import PartitionLog as PartitionLog, wall_clock_ms as wall_clock_ms
@@ -98,6 +109,7 @@ from ._snapshot_files import (
     remove_leftovers as remove_leftovers,
     scan_snapshot_dir as scan_snapshot_dir,
     snapshot_dir as snapshot_dir,
+    snapshot_leftovers as snapshot_leftovers,
     snapshot_path as snapshot_path,
 )
 from ._swap import leftover_temp_files as leftover_temp_files

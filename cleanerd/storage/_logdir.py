@@ -51,6 +51,7 @@ __all__ = [
     "LogDir",
     "LogDirHolder",
     "TopicPartition",
+    "parse_any_partition_dir_name",
     "parse_partition_dir_name",
     "partition_of",
     "validate_topic_name",
@@ -95,6 +96,16 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     if number > MAX_PARTITION:
         return None
     return TopicPartition(topic, number)
+
+
+def parse_any_partition_dir_name(name: str) -> TopicPartition | None:
+    """``parse_partition_dir_name``, and the partition of a dir Kafka is deleting, moving or
+    has set aside (``<topic>-<partition>.<id>-delete``, ``-future``, ``-stray``): for readers
+    that must see every copy of a partition's data (``cleanerd erasure check``)."""
+    if name.endswith(_SPECIAL_DIR_SUFFIXES):
+        stem, dot, _ = name.rpartition(".")
+        return parse_partition_dir_name(stem) if dot else None
+    return parse_partition_dir_name(name)
 
 
 def partition_of(directory: Path) -> TopicPartition:

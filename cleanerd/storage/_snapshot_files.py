@@ -107,6 +107,26 @@ def list_snapshots(partition_dir: Path) -> list[tuple[SnapshotId, Path]]:
     return scan_snapshot_dir(partition_dir).snapshots
 
 
+def snapshot_leftovers(partition_dir: Path) -> list[tuple[SnapshotId | None, Path]]:
+    """The ``.part`` and ``.deleted`` files of ``checkpoints/`` (whatever kind of file), each
+    with the id its name gives (None for a name that gives none), sorted by name."""
+    directory = snapshot_dir(partition_dir)
+    if not os.path.isdir(directory) or os.path.islink(directory):
+        return []
+    with os.scandir(directory) as entries:
+        names = sorted(
+            e.name
+            for e in entries
+            if e.name.endswith((SNAPSHOT_PART_SUFFIX, SNAPSHOT_DELETED_SUFFIX))
+        )
+    found: list[tuple[SnapshotId | None, Path]] = []
+    for name in names:
+        part = name.endswith(SNAPSHOT_PART_SUFFIX)
+        stem = name.removesuffix(SNAPSHOT_PART_SUFFIX if part else SNAPSHOT_DELETED_SUFFIX)
+        found.append((parse_name(stem + SNAPSHOT_FILE_SUFFIX), directory / name))
+    return found
+
+
 def remove_leftovers(partition_dir: Path) -> list[Path]:
     """Delete ``.part`` files (a write cut short) and ``.deleted`` files (a delete cut short)."""
     directory = snapshot_dir(partition_dir)
