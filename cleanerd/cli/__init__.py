@@ -43,6 +43,11 @@ COMMANDS = {
     "dump": Entry(
         "cleanerd.cli._dump", "dump", "Print Kafka log files, as kafka-dump-log.sh does."
     ),
+    "erasure": Entry(
+        "cleanerd.cli._erasure",
+        "erasure_group",
+        "Proof of erasure: is an older value of a key still on disk?",
+    ),
     "gen": Entry("cleanerd.cli._gen", "gen", "Write a seeded, reproducible workload log."),
     "plan": Entry("cleanerd.cli._plan", "plan_command", "Print each partition's cleaning plan."),
     "run": Entry("cleanerd.cli._run", "run", "Run the compaction daemon."),

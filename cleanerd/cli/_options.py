@@ -25,9 +25,8 @@ def format_option(help_text: str, dest: str = "fmt") -> Callable[[F], F]:
     )
 
 
-def cleaning_options(func: F) -> F:
-    """The topic-setting overrides of a cleaning (``compact`` and ``spark compact`` alike):
-    strategy, tombstone retention, minimum lag, producer expiration, and ``--roll-active``."""
+def strategy_options(func: F) -> F:
+    """``--strategy`` and ``--strategy-header``: the KIP-280 strategy, over the topic's."""
     for option in [
         click.option(
             "--strategy",
@@ -35,6 +34,15 @@ def cleaning_options(func: F) -> F:
             help="Compaction strategy (KIP-280) [default: the topic's, else offset].",
         ),
         click.option("--strategy-header", help="Version header for --strategy header."),
+    ][::-1]:
+        func = option(func)
+    return func
+
+
+def cleaning_options(func: F) -> F:
+    """The topic-setting overrides of a cleaning (``compact`` and ``spark compact`` alike):
+    strategy, tombstone retention, minimum lag, producer expiration, and ``--roll-active``."""
+    for option in [
         click.option(
             "--delete-retention-ms",
             type=click.IntRange(min=0),
@@ -60,7 +68,7 @@ def cleaning_options(func: F) -> F:
         ),
     ][::-1]:
         func = option(func)
-    return func
+    return strategy_options(func)
 
 
 def dedupe_buffer_option(default: int, help_text: str) -> Callable[[F], F]:

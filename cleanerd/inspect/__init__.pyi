@@ -9,6 +9,18 @@ from ._dump import (
     index_problems as index_problems,
     index_sanity as index_sanity,
 )
+from ._erasure import (
+    Copy as Copy,
+    ErasureReport as ErasureReport,
+    ErasureTarget as ErasureTarget,
+    KeyInPartition as KeyInPartition,
+    KeyReport as KeyReport,
+    check_erasure as check_erasure,
+    erasure_partitions as erasure_partitions,
+    key_text as key_text,
+    parse_key as parse_key,
+    read_key_file as read_key_file,
+)
 from ._files import (
     FileKind as FileKind,
     UnknownFileKindError as UnknownFileKindError,
