@@ -47,7 +47,9 @@ def erasure_group() -> None:
     """Proof of erasure: find every value of a key still on disk (check)."""
 
 
-@erasure_group.command("check")
+@erasure_group.command(
+    "check", short_help="Each key's newest record and its older values still on disk."
+)
 @click.argument(
     "paths",
     nargs=-1,
