@@ -415,7 +415,8 @@ class _Transactions:
         control = np.flatnonzero((attrs & ATTR_CONTROL) != 0)
         markers = control[np.isin(pids[control], np.array(sorted(producers), dtype=np.int64))]
         types = control_types(arr, batches, markers, path) if markers.size else {}
-        events = sorted([(row, 0, c) for row, c in txn] + [(int(r), 1, None) for r in markers])
+        events = [(row, 0, c) for row, c in txn] + [(int(r), 1, None) for r in markers]
+        events.sort(key=lambda e: (e[0], e[1]))  # in log order (a batch may hold several)
         for row, is_marker, copy in events:
             pid = int(pids[row])
             if copy is not None:

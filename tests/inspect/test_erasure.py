@@ -242,7 +242,7 @@ def test_an_aborted_record_is_never_the_newest(tmp_path: Path) -> None:
     try:
         log.append([Record(0, 1, b"9", b"committed")])
         producer = Producer(log, 7)
-        producer(9)  # key "9" again, in a transaction that aborts
+        producer(9, 9)  # key "9" twice more, in a transaction that aborts
         producer.abort()
     finally:
         log.close()
@@ -250,8 +250,19 @@ def test_an_aborted_record_is_never_the_newest(tmp_path: Path) -> None:
     assert code == 1
     [part] = found(doc, "9")
     assert part["newest"]["offset"] == 0
-    [aborted] = part["older"]
-    assert (aborted["offset"], aborted["aborted"]) == (1, True)
+    assert [(c["offset"], c.get("aborted")) for c in part["older"]] == [(1, True), (2, True)]
+    log = PartitionLog(directory, LogConfig())
+    try:
+        later = Producer(log, 8)
+        later(9)  # offset 4, committed in the next segment
+        log.roll()
+        later.commit()
+    finally:
+        log.close()
+    _, doc = check(directory, "--key", "9")
+    [part] = found(doc, "9")
+    assert part["newest"]["offset"] == 4
+    assert [c["offset"] for c in part["older"]] == [0, 1, 2]
 
 
 def test_a_partition_dir_kafka_is_deleting_is_read_too(tmp_path: Path) -> None:
