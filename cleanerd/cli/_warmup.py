@@ -5,8 +5,8 @@ systemd ``ExecStartPre=`` runs this once so that ``compact``, ``verify`` and the
 warm. Rather than list kernels and guess their argument types (a read-only mmapped segment and a
 writable buffer are two signatures), it runs the real code paths on small generated logs in a
 temporary dir: every codec, every strategy, multi-pass cleaning with a tiny offset map, the
-tombstone and marker sweep, transactions, index rebuilds, verify and dump. Whatever numba
-compiles on the way is what a command would compile on its first run.
+tombstone and marker sweep, transactions, index rebuilds, verify, dump and the erasure check.
+Whatever numba compiles on the way is what a command would compile on its first run.
 
 It fills the cache that later commands with the same environment choose
 (``cleanerd._jitcache``), and says which. When no cache can be kept for this user, compiling
@@ -33,7 +33,15 @@ from cleanerd._jitcache import temporary_cache
 from cleanerd.cli._options import format_option
 from cleanerd.compaction import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory, compile_clock
 from cleanerd.format import index_batches, scan_batches
-from cleanerd.inspect import classify, dump_file, files_to_dump, verify_path
+from cleanerd.inspect import (
+    ErasureTarget,
+    FileKind,
+    check_erasure,
+    classify,
+    dump_file,
+    files_to_dump,
+    verify_path,
+)
 from cleanerd.storage import map_readonly, wall_clock_ms
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WARMUP_VERSION_HEADER, generate, warmup_spec
@@ -139,6 +147,13 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
             arrow = ", arrow columns (spark)" if _warm_arrow_columns(partition) else ""
             runs.append(f"{codec}: gen, verify, dump, compact x{2 * len(Strategy)}{arrow}")
             say(f"{codec}: {clock.compiled} kernels compiled so far")
+        # erasure check: wanted keys hashed, and each strategy's rule, called from Python
+        partition = workdir / "lz4" / "warmup-0"
+        keys = _some_keys(partition)
+        for strategy in Strategy:
+            config = StrategyConfig(strategy, WARMUP_VERSION_HEADER)
+            check_erasure([ErasureTarget(partition, config)], keys)
+        runs.append(f"lz4: erasure check x{len(Strategy)}")
         # a segment whose indexes are lost is re-indexed when opened (Kafka's recovery)
         partition = workdir / "none" / "warmup-0"
         for index in partition.glob("*.index"):
@@ -155,6 +170,19 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
         kept=temporary_cache() is None,
         runs=runs,
     )
+
+
+def _some_keys(partition: Path, count: int = 5) -> list[bytes]:
+    """The keys of the first data records of the partition's first segment."""
+    first = min(partition.glob("*.log"))
+    keys: list[bytes] = []
+    for item in dump_file(first, FileKind.LOG, batches=False, values=False):
+        key = item.get("key_hex")
+        if isinstance(key, str) and item.get("control") is None:
+            keys.append(bytes.fromhex(key))
+            if len(keys) == count:
+                break
+    return keys
 
 
 def _cache_hits() -> int:
