@@ -151,8 +151,8 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
         partition = workdir / "lz4" / "warmup-0"
         keys = _some_keys(partition)
         for strategy in Strategy:
-            config = StrategyConfig(strategy, WARMUP_VERSION_HEADER)
-            check_erasure([ErasureTarget(partition, config)], keys)
+            chosen = StrategyConfig(strategy, WARMUP_VERSION_HEADER)
+            check_erasure([ErasureTarget(partition, chosen)], keys)
         runs.append(f"lz4: erasure check x{len(Strategy)}")
         # a segment whose indexes are lost is re-indexed when opened (Kafka's recovery)
         partition = workdir / "none" / "warmup-0"
