@@ -42,12 +42,20 @@ from typing import Any, NoReturn
 
 from cleanerd.compaction import CleaningAbortedError, Throttler
 from cleanerd.config import ConfigError, LoadedConfig, TlsError, join_listen, load_chain
-from cleanerd.scheduling import CleanerManager, CleaningTotals, PartitionStatus, RetryPolicy, Survey
+from cleanerd.scheduling import (
+    CleanerManager,
+    CleaningTotals,
+    Grab,
+    PartitionStatus,
+    RetryPolicy,
+    Survey,
+)
 from cleanerd.service._announce import log_listening, log_ready, status_line
 from cleanerd.service._budget import DedupeBudget
 from cleanerd.service._clean_job import JobResult
 from cleanerd.service._http import Access, HttpServer, start_http
 from cleanerd.service._kernels import load_kernels
+from cleanerd.service._lateness import DeadlineWatch
 from cleanerd.service._logging import get_logger
 from cleanerd.service._maintenance import Maintenance
 from cleanerd.service._metrics import DaemonMetrics
@@ -119,6 +127,7 @@ class Daemon:
         self.budget = DedupeBudget(c.dedupe_buffer_size)
         self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
         self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort)
+        self.deadlines = DeadlineWatch()  # outlives reloads: its counts are counters
         self.metrics = DaemonMetrics(self.status)
         self.service = ThreadPool("cleanerd-service", SERVICE_THREADS)  # surveys, HTTP reads
         self.maintenance = Maintenance(self.manager, clock_ms, self.service.submit)
@@ -154,6 +163,7 @@ class Daemon:
             if survey is None:
                 return self._stopped_early()
             self.manager.apply(survey)  # the restored pauses apply here, before any grab
+            self.deadlines.surveyed(survey, self.manager.statuses(), self.clock_ms())
             self.surveyed = True
             await self._record_pauses_logged()  # a pause of a partition not found goes
             if c.http_host is not None:
@@ -410,7 +420,9 @@ class Daemon:
         while True:
             if self.pool is not None:
                 self.pool.survey_started()
-            self.manager.apply(await self.service.submit(self.manager.scan))
+            survey = await self.service.submit(self.manager.scan)
+            self.manager.apply(survey)
+            self.deadlines.surveyed(survey, self.manager.statuses(), self.clock_ms())
             await self._record_pauses_logged()
             changed = await self.maintenance.run()
             self.last_cycle = time.monotonic()
@@ -426,8 +438,11 @@ class Daemon:
             if self.pool is not None:
                 self.pool.starved.clear()
 
-    def _cleaned(self, result: JobResult) -> None:
+    def _cleaned(self, grab: Grab, result: JobResult) -> None:
         self.metrics.observe_clean(result.seconds)
+        delay = self.deadlines.cleaned(grab, result, self.clock_ms())
+        if delay is not None:
+            self.metrics.observe_compaction_delay(grab.tp.topic, delay)
 
     # --- reload -------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -500,6 +515,7 @@ class Daemon:
             dedupe_budget_in_use_bytes=self.budget.in_use,
             throttle_sleep_seconds_total=self.throttler.slept_seconds,
             last_success_ms=m.last_success_ms,
+            deadlines=self.deadlines.figures(),
             per_partition_metrics=self.loaded.config.per_partition_metrics,
             ready=self.ready,
             stopping=self.stopping,

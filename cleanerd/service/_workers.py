@@ -80,7 +80,7 @@ class WorkerPool:
         *,
         group: asyncio.TaskGroup,
         clock_ms: Callable[[], int],
-        on_cleaned: Callable[[JobResult], None],
+        on_cleaned: Callable[[Grab, JobResult], None],
         spark: SparkEngine | None = None,
         service: Blocking = in_default_pool,
     ) -> None:
@@ -326,7 +326,7 @@ class WorkerPool:
             last_bytes_written=stats.bytes_written,
             last_clean_seconds=result.seconds,
         )
-        self.on_cleaned(result)
+        self.on_cleaned(grab, result)
         if result.end_offset <= result.first_dirty_offset and not result.segments_deleted:
             # asked for (``ctl clean``) on a log with no dirty range: nothing was read or written
             bound.info(
