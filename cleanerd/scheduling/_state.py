@@ -47,6 +47,11 @@ class PartitionStatus:
     first_uncleanable_offset: int = 0
     overdue: bool = False
     cleanable: bool = False  # Kafka's test (overdue, or dirtier than min.cleanable.dirty.ratio)
+    # deadline scheduling (scheduling._deadlines): when the oldest dirty record must have been
+    # cleaned (compaction.compaction_deadline_ms; None: no max.compaction.lag.ms or no timestamp)
+    # and how long its next cleaning is expected to take, margin included
+    deadline_ms: int | None = None
+    expected_clean_ms: int = 0
     # history
     cleanings: int = 0
     last_clean_ms: int | None = None  # wall clock at the end of the last successful cleaning
