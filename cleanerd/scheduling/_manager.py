@@ -14,7 +14,7 @@ partition's files change, when a survey reads it again, or on resume.
 Split in two so the event loop never reads files: ``scan`` (thread-safe, no status change) takes
 a ``Survey`` in a thread; ``apply`` and everything else run on the loop thread.
 
-The manager also hands out the upkeep besides cleanings: idle rolls, retention sweeps and
+The manager also hands out the upkeep besides cleanings: rolls, retention sweeps and
 snapshots. Each such job marks its partition in progress while it runs (``reserve``/``release``),
 so no worker cleans a log that is being rolled, swept or snapshotted. An active segment is
 rolled at its deadline minus the expected cleaning time (``rolls``), so the cleaning that
@@ -302,6 +302,7 @@ class CleanerManager:
     # --- a worker lets go --------------------------------------------------------------------
     def _let_go(self, tp: TopicPartition) -> PartitionStatus | None:
         """In progress -> idle; aborted -> paused (Kafka's doneCleaning), or idle if resumed."""
+        self._grabbed_bytes.pop(tp, None)
         st = self._statuses.get(tp)
         if st is None:
             return None
@@ -314,11 +315,11 @@ class CleanerManager:
 
     def done(self, tp: TopicPartition, result: CleanOutcome) -> None:
         """A successful clean: history, totals, and no more failures or uncleanable mark."""
+        grabbed = self._grabbed_bytes.get(tp)
         st = self._let_go(tp)
         now = self._clock()
         self.totals = add_clean(self.totals, result.stats, spark=result.engine == "spark")
         self.last_success_ms = now
-        grabbed = self._grabbed_bytes.pop(tp, None)
         if st is None:
             return
         self.times.observe(tp, st.size_bytes if grabbed is None else grabbed, result.seconds)
@@ -378,9 +379,9 @@ class CleanerManager:
 
     def rolls(self) -> list[Roll]:
         """Active segments whose roll instant has passed: their deadline (first batch +
-        ``max.compaction.lag.ms``) minus the expected cleaning time and ``min.compaction.lag.ms``.
-        Rolled, the segment is cleaned by its deadline; an idle topic's too (Kafka rolls only
-        on an append)."""
+        ``max.compaction.lag.ms``) minus the expected cleaning time and ``min.compaction.lag.ms``
+        (``Leads``). Rolled, the segment is cleaned by its deadline; an idle topic's too (Kafka
+        rolls only on an append)."""
         now = self._clock()
         found = []
         for st, lm, ts in self._maintainable():

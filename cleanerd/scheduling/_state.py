@@ -93,7 +93,7 @@ class CleaningTotals:
     markers_removed: int = 0
     unkeyed_records_removed: int = 0
     txn_indexes_rebuilt: int = 0  # .txnindex files that disagreed with the ABORT markers
-    segments_rolled: int = 0  # idle active segments rolled past max.compaction.lag.ms
+    segments_rolled: int = 0  # active segments rolled before their max.compaction.lag.ms deadline
     segments_deleted: int = 0  # by retention (compact,delete)
     worker_restarts: int = 0
     snapshots: int = 0  # KIP-630 snapshots taken
