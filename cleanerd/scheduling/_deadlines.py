@@ -2,8 +2,10 @@
 
 A log's deadline (``compaction.compaction_deadline_ms``, on its plan) is when its oldest dirty
 record must have been cleaned for ``max.compaction.lag.ms`` to hold. Acting at the deadline is
-too late: the cleaning then ends after it. So the daemon works back from it by the time the
-cleaning is expected to take, learned per partition (``CleaningTimes``):
+too late: the cleaning then ends after it. So the daemon works back from it by its lead: the
+time the cleaning is expected to take, learned per partition (``CleaningTimes``), plus the time
+the workers need for the logs due just before it (``queue_leads``: logs written together fall
+due together, and two workers clean twenty partitions one after the other):
 
 - the grab: from ``deadline - lead`` on, a log with cleanable bytes is due, whatever its dirty
   ratio, and due logs go first, earliest deadline first (``_grab.choose``);
@@ -18,6 +20,7 @@ shorter than a cleaning) must not turn into a roll and a cleaning every survey.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,6 +89,30 @@ class CleaningTimes:
         return round((MARGIN_FACTOR * self.estimate_s(tp, log_bytes) + MARGIN_S) * 1000)
 
 
+def queue_leads(
+    logs: Sequence[tuple[TopicPartition, int, float]], workers: int
+) -> dict[TopicPartition, int]:
+    """Each log's lead (ms): how long before its deadline it must be taken for every log to end
+    by its deadline when ``workers`` workers take them earliest deadline first. ``logs`` are
+    (partition, deadline in ms, ``CleaningTimes.estimate_s``).
+
+    Worked backwards from the latest deadline: a log ends by its deadline, or by the time the
+    logs after it need the workers from, whichever is sooner; it runs for ``MARGIN_FACTOR`` x
+    its estimate, and takes that much of one worker's time, 1/``workers`` of all of it, from
+    the later ones' start. ``MARGIN_S`` is added once to each lead: it stands for what is not
+    cleaning (the survey, the grab), which does not add up along the queue.
+    """
+    workers = max(workers, 1)
+    leads: dict[TopicPartition, int] = {}
+    free_until: float | None = None  # the workers' time after this is the later logs'
+    for tp, deadline, estimate_s in sorted(logs, key=lambda log: (log[1], log[0]), reverse=True):
+        end = deadline if free_until is None else min(deadline, free_until)
+        run_ms = MARGIN_FACTOR * estimate_s * 1000
+        leads[tp] = round(deadline - end + run_ms + MARGIN_S * 1000)
+        free_until = end - run_ms / workers
+    return leads
+
+
 @dataclass(frozen=True, slots=True)
 class Leads:
     """How long before a deadline the daemon acts on one log: ``clean_ms`` before its deadline
@@ -95,12 +122,13 @@ class Leads:
     roll_ms: int
 
     @classmethod
-    def of(cls, expected_ms: int, settings: TopicSettings) -> Leads:
-        """From the expected cleaning time (with margin), capped at half the lag; the roll adds
-        ``min.compaction.lag.ms``, which holds a rolled segment back that long."""
+    def of(cls, lead_ms: int, settings: TopicSettings) -> Leads:
+        """From the lead (``queue_leads``, or the expected cleaning time with its margin),
+        capped at half the lag; the roll adds ``min.compaction.lag.ms``, which holds a rolled
+        segment back that long."""
         cap = max(settings.cleaner.max_compaction_lag_ms, 0) // 2
         min_lag = max(settings.cleaner.min_compaction_lag_ms, 0)
-        return cls(min(expected_ms, cap), min(expected_ms + min_lag, cap))
+        return cls(min(lead_ms, cap), min(lead_ms + min_lag, cap))
 
 
 def due_at_ms(plan: CleaningPlan, leads: Leads) -> int | None:

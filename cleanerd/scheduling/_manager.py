@@ -2,11 +2,12 @@
 
 Kafka's ``LogCleanerManager`` under the daemon: the states (in progress, aborted, paused(n)),
 the uncleanable mark and the grab. The grab goes by deadlines, which Kafka lacks: logs due
-(overdue, or whose ``max.compaction.lag.ms`` deadline is nearer than their expected cleaning
-time) first, earliest deadline first, then the rest by dirty ratio (``plan.rank``); a log an
-admin asked to clean goes first whatever its ratio. The expected cleaning times are learned
-here from each partition's cleanings (``_deadlines``), and ``next_wake_ms`` tells the daemon's
-loop when the next log falls due. cleanerd also adds what Kafka lacks: a failed
+(overdue, or whose ``max.compaction.lag.ms`` deadline is nearer than their lead: the expected
+cleaning time plus the workers' time for the logs due before them) first, earliest deadline
+first, then the rest by dirty ratio (``plan.rank``); a log an admin asked to clean goes first
+whatever its ratio. The expected cleaning times are learned here from each partition's
+cleanings and the leads planned at each survey (``_deadlines``); ``next_wake_ms`` tells the
+daemon's loop when the next log falls due. cleanerd also adds what Kafka lacks: a failed
 clean, or a survey that cannot read the partition, is logged, counted and retried with exponential
 backoff before the partition is marked uncleanable (``failures``), and the mark is lifted when the
 partition's files change, when a survey reads it again, or on resume.
@@ -45,6 +46,7 @@ from cleanerd.scheduling._deadlines import (
     Roll,
     due_at_ms,
     is_due,
+    queue_leads,
     roll_at_ms,
     roll_due,
 )
@@ -90,8 +92,11 @@ class CleanerManager:
         budget_bytes: int = 128 << 20,
         clock_ms: Callable[[], int] = wall_clock_ms,
         retry: RetryPolicy | None = None,
+        workers: int = 1,
     ) -> None:
+        """``workers``: how many cleanings run at once (the leads count on that many)."""
         self.log_dirs = tuple(Path(d) for d in log_dirs)
+        self.workers = workers
         self.failures = FailureBook(retry or RetryPolicy())
         self._config = (resolve, load_factor, budget_bytes)
         self._clock = clock_ms
@@ -107,6 +112,7 @@ class CleanerManager:
         self._restored: dict[TopicPartition, tuple[Path, int]] = {}
         self.totals = CleaningTotals()
         self.times = CleaningTimes()  # each partition's expected cleaning time, learned
+        self._lead_ms: dict[TopicPartition, int] = {}  # queue_leads at the last survey
         self._grabbed_bytes: dict[TopicPartition, int] = {}  # the log's size when grabbed
         self.survey_errors: tuple[str, ...] = ()
         # Kafka's LogCleanerManager gauges and KIP-354's PreCleanStats, from the last grab
@@ -123,11 +129,15 @@ class CleanerManager:
         load_factor: float,
         budget_bytes: int,
         retry: RetryPolicy | None = None,
+        workers: int | None = None,
     ) -> None:
-        """New topic settings, sizing and retry rule (SIGHUP); the next scan plans with them."""
+        """New topic settings, sizing, retry rule and worker count (SIGHUP); the next scan
+        plans with them."""
         self._config = (resolve, load_factor, budget_bytes)
         if retry is not None:
             self.failures.retry = retry
+        if workers is not None:
+            self.workers = workers
 
     @property
     def metadata(self) -> MetadataCache:
@@ -162,6 +172,19 @@ class CleanerManager:
             if error not in self.survey_errors:  # once while it lasts, not every survey
                 log.error("log dir survey problem", error=error)
         self.survey_errors = survey.errors
+        self._plan_leads()
+
+    def _plan_leads(self) -> None:
+        """Each log's lead from its expected time and the logs due before it (``queue_leads``),
+        over the logs that may be cleaned (compacted, idle, with a deadline)."""
+        logs = [
+            (st.tp, st.deadline_ms, self.times.estimate_s(st.tp, st.size_bytes))
+            for st, _, _ in self._maintainable()
+            if st.deadline_ms is not None
+        ]
+        self._lead_ms = queue_leads(logs, self.workers)
+        for st in self._statuses.values():
+            st.lead_ms = self._lead_ms.get(st.tp, st.expected_clean_ms)
 
     def _forget(self, tp: TopicPartition) -> None:
         del self._statuses[tp]
@@ -228,8 +251,12 @@ class CleanerManager:
         st.deadline_ms = p.deadline_ms
 
     def _leads(self, st: PartitionStatus, settings: TopicSettings) -> Leads:
-        """How long before its deadlines the log is cleaned and rolled, from its size now."""
-        return Leads.of(self.times.expected_ms(st.tp, st.size_bytes), settings)
+        """How long before its deadlines the log is cleaned and rolled: its lead at the last
+        survey, else its expected cleaning time from its size now."""
+        lead = self._lead_ms.get(st.tp)
+        if lead is None:
+            lead = self.times.expected_ms(st.tp, st.size_bytes)
+        return Leads.of(lead, settings)
 
     # --- grabbing -----------------------------------------------------------------------------
     def _candidates(self, now: int) -> list[tuple[PartitionStatus, PartitionSurvey]]:

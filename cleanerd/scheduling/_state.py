@@ -48,10 +48,12 @@ class PartitionStatus:
     overdue: bool = False
     cleanable: bool = False  # Kafka's test (overdue, or dirtier than min.cleanable.dirty.ratio)
     # deadline scheduling (scheduling._deadlines): when the oldest dirty record must have been
-    # cleaned (compaction.compaction_deadline_ms; None: no max.compaction.lag.ms or no timestamp)
-    # and how long its next cleaning is expected to take, margin included
+    # cleaned (compaction.compaction_deadline_ms; None: no max.compaction.lag.ms or no timestamp),
+    # how long its next cleaning is expected to take, margin included, and how long before the
+    # deadline it is taken: that plus the workers' time for the logs due before it (uncapped)
     deadline_ms: int | None = None
     expected_clean_ms: int = 0
+    lead_ms: int = 0
     # history
     cleanings: int = 0
     last_clean_ms: int | None = None  # wall clock at the end of the last successful cleaning

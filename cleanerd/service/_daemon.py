@@ -124,6 +124,7 @@ class Daemon:
             budget_bytes=c.dedupe_buffer_size,
             clock_ms=clock_ms,
             retry=_retry(loaded),
+            workers=max(c.threads, 1),
         )
         self.budget = DedupeBudget(c.dedupe_buffer_size)
         self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
@@ -469,6 +470,7 @@ class Daemon:
             load_factor=c.load_factor,
             budget_bytes=c.dedupe_buffer_size,
             retry=_retry(new),
+            workers=max(c.threads, 1),
         )
         self.loaded = new
         if self._tls is not None and c.tls_cert_file is not None and c.tls_key_file is not None:

@@ -22,6 +22,7 @@ from cleanerd.scheduling._deadlines import (
     MARGIN_S,
     CleaningTimes,
     Leads,
+    queue_leads,
 )
 from cleanerd.storage import CLEANER_OFFSET_CHECKPOINT, TopicPartition, write_offset_checkpoint
 from cleanerd.topics import TopicSettings
@@ -91,6 +92,24 @@ def test_old_cleanings_are_forgotten() -> None:
     assert times.estimate_s(TP, MB) == 1.0
     times.forget(TP)
     assert times.estimate_s(TP, 0) == DEFAULT_OVERHEAD_S
+
+
+def test_logs_due_together_queue_for_the_workers() -> None:
+    """Three logs of 2 s cleanings (3 s with the factor), due at the same instant: on one
+    worker the first must start 9 s before, on two the last two share the workers' time."""
+    logs = [(TopicPartition(t, 0), 100_000, 2.0) for t in "abc"]
+    margin = round(MARGIN_S * 1000)
+    alone = queue_leads(logs[:1], 1)
+    assert alone == {TopicPartition("a", 0): 3_000 + margin}
+    one = queue_leads(logs, 1)
+    # backwards from the last in order (c): it runs last, b before it, a first
+    assert [one[TopicPartition(t, 0)] - margin for t in "cba"] == [3_000, 6_000, 9_000]
+    two = queue_leads(logs, 2)
+    assert [two[TopicPartition(t, 0)] - margin for t in "cba"] == [3_000, 4_500, 6_000]
+    # a log due much later takes nothing from the earlier ones
+    far = queue_leads([*logs, (TopicPartition("z", 0), 200_000, 2.0)], 1)
+    assert far[TopicPartition("a", 0)] == one[TopicPartition("a", 0)]
+    assert far[TopicPartition("z", 0)] == 3_000 + margin
 
 
 def test_leads_are_capped_at_half_the_lag_and_the_roll_adds_the_min_lag() -> None:
@@ -236,6 +255,33 @@ def test_the_loop_wakes_at_the_next_due_instant(near_and_dirty: Path) -> None:
     wake = manager.next_wake_ms()
     assert wake is not None
     assert wake > NOW + 3_600_000
+
+
+def test_logs_falling_due_together_are_rolled_one_after_the_other(tmp_path: Path) -> None:
+    """Four partitions written together, so their active segments reach the lag together: the
+    first in deadline order rolls earliest, by the time the others take on one worker."""
+    for topic in ("p0", "p1", "p2", "p3"):
+        _log(tmp_path, topic, [RECENT], active=NOW - LAG + 60_000)
+    clock = Clock(NOW)
+    manager = _manager(tmp_path, clock)
+    _survey(manager)
+    leads = {s.tp.topic: s.lead_ms for s in manager.statuses()}
+    expected = _expected_ms(manager, "p0")
+    step = expected - round(MARGIN_S * 1000)  # one cleaning, with the factor
+    waits = {topic: lead - expected for topic, lead in leads.items()}
+    assert waits == pytest.approx({"p3": 0, "p2": step, "p1": 2 * step, "p0": 3 * step}, abs=1)
+    rolled: list[str] = []
+    for t in range(NOW, NOW + 60_000, 10):
+        clock.now = t
+        for roll in manager.rolls():
+            if roll.tp.topic not in rolled:
+                rolled.append(roll.tp.topic)
+    assert rolled == ["p0", "p1", "p2", "p3"]
+    # two workers share the queue: the leads grow half as fast
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=clock, workers=2)
+    _survey(manager)
+    leads = {s.tp.topic: s.lead_ms for s in manager.statuses()}
+    assert leads["p0"] - expected == pytest.approx(1.5 * step, abs=1)
 
 
 def test_a_paused_log_is_neither_rolled_nor_waited_for(tmp_path: Path) -> None:
