@@ -14,6 +14,7 @@ from ._cleaning_plan import (
     LogMeta as LogMeta,
     SegmentMeta as SegmentMeta,
     cleaner_checkpoint as cleaner_checkpoint,
+    compaction_deadline_ms as compaction_deadline_ms,
     plan as plan,
     rank as rank,
     segments_between as segments_between,

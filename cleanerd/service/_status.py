@@ -54,6 +54,7 @@ class DaemonStatus:
     per_partition_metrics: bool = True
     ready: bool = False
     stopping: bool = False
+    kernels: str = "loading"  # "loaded" or "failed: <error>": the workers start after either
 
     @property
     def dead_workers(self) -> int:
@@ -74,6 +75,7 @@ class DaemonStatus:
             "now_ms": self.now_ms,
             "ready": self.ready,
             "stopping": self.stopping,
+            "kernels": self.kernels,
             "workers": [dataclasses.asdict(w) for w in self.workers],
             "dead_workers": self.dead_workers,
             "totals": dataclasses.asdict(self.totals),

@@ -183,8 +183,8 @@ class WorkerPool:
     async def _loop(self, wid: int) -> None:
         slot = CleanerSlot()
         while not self.stopping and wid < self.settings.threads:
-            # snapshots rank after overdue cleanings and before the others (scheduling._manager)
-            snap = None if self.manager.overdue_waiting() else self.manager.grab_snapshot()
+            # snapshots rank after due cleanings and before the others (scheduling._manager)
+            snap = None if self.manager.due_waiting() else self.manager.grab_snapshot()
             if snap is not None:
                 await self._snapshot(wid, snap)
                 continue
