@@ -208,8 +208,33 @@ def _clean_until(config: TopicCleanerConfig, now_ms: int) -> int:
 
 def _known_first_timestamp(segment: SegmentMeta) -> int | None:
     """Kafka ignores first-batch timestamps that are unknown, negative or zero."""
-    ts = segment.first_batch_timestamp
-    return ts if ts is not None and ts > 0 else None
+    return segment_written_ms(segment.first_batch_timestamp)
+
+
+def segment_written_ms(
+    first_batch_timestamp: int | None, first_seen_ms: int | None = None
+) -> int | None:
+    """When a segment's records were written, as compaction deadlines count it: its first
+    batch's timestamp (KIP-354's clock: the broker's append time for LogAppendTime topics, the
+    producer's for CreateTime ones), never later than ``first_seen_ms`` (when the daemon first
+    saw the segment holding records, if it tracks that: a producer clock running ahead cannot
+    push a deadline out); ``first_seen_ms`` alone when the timestamp is unknown or not positive
+    (Kafka ignores those). None when neither is known."""
+    ts = first_batch_timestamp
+    if ts is None or ts <= 0:
+        return first_seen_ms
+    return ts if first_seen_ms is None else min(ts, first_seen_ms)
+
+
+def deadline_after(written: Iterable[int], max_lag_ms: int) -> int | None:
+    """The compaction deadline of records written at ``written``: the earliest plus
+    ``max.compaction.lag.ms``; None with none, or with no maximum lag (Kafka's default, which
+    overflows a long)."""
+    earliest = min(written, default=None)
+    if earliest is None or max_lag_ms >= LONG_MAX:
+        return None
+    deadline = earliest + max(max_lag_ms, 0)
+    return deadline if deadline <= LONG_MAX else None
 
 
 def max_compaction_delay(
@@ -266,15 +291,12 @@ def compaction_deadline_ms(
     Kafka tracks it (``max_compaction_delay``'s, and a roll's); unknown or non-positive ones are
     skipped, as Kafka skips them. Time-free: a survey's plan keeps it until the files change.
     """
-    stamps = [
+    stamps = (
         ts
         for s in segments_between(log, first_dirty_offset, LONG_MAX)
         if s.next_offset > first_dirty_offset and (ts := _known_first_timestamp(s)) is not None
-    ]
-    if not stamps:
-        return None
-    deadline = min(stamps) + max(config.max_compaction_lag_ms, 0)
-    return deadline if deadline <= LONG_MAX else None
+    )
+    return deadline_after(stamps, config.max_compaction_lag_ms)
 
 
 # --- the plan -------------------------------------------------------------------------------------

@@ -3,15 +3,11 @@
 A compacted topic with ``max.compaction.lag.ms`` promises (KIP-354) that a record superseded by a
 newer one is gone within the lag of the newer one's write. So a dirty record's *deadline* is its
 write time plus the lag, and a cleaning meets the deadlines of the dirty records it takes into its
-offset map when its swap lands. ``deadline_ms`` is the one definition (docs/metrics.md,
-"Compaction deadlines"); everything else here counts against it:
-
-- a segment's write time is its first batch's timestamp (Kafka's KIP-354 clock: the broker's
-  append time for LogAppendTime topics, the producer's for CreateTime ones), capped by when the
-  daemon first saw the segment holding records, so a producer clock running ahead cannot push a
-  deadline out; without a usable timestamp it is when the daemon first saw it (``written_ms``);
-- the deadline of a range of offsets is the earliest write time of the segments holding its
-  records, plus the lag; a topic at Kafka's default lag (``LONG_MAX``) has none.
+offset map when its swap lands. The rules have one home, compaction's ``segment_written_ms`` (a
+segment's write time: its first batch's timestamp, capped by when the daemon first saw it
+holding records, which only this watch tracks) and ``deadline_after`` (the earliest write time
+plus the lag; none at Kafka's default lag), which the scheduler's ``compaction_deadline_ms``
+uses too (docs/metrics.md, "Compaction deadlines"); everything else here counts against them.
 
 ``DeadlineWatch`` keeps, per partition, each segment's write time from the surveys, the next
 deadline (of the dirty range: first dirty offset to log end), and counts a missed deadline once:
@@ -26,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
-from cleanerd.compaction import CleaningPlan, SegmentMeta
+from cleanerd.compaction import CleaningPlan, SegmentMeta, deadline_after, segment_written_ms
 from cleanerd.format import LONG_MAX
 from cleanerd.scheduling import CleaningState, PartitionStatus, Survey
 from cleanerd.storage import TopicPartition
@@ -47,30 +43,25 @@ class WrittenSegment(NamedTuple):
 
 
 def written_ms(first_batch_timestamp: int | None, first_seen_ms: int) -> int:
-    """A segment's write time: its first batch's timestamp, but never later than when the daemon
-    first saw it holding records; that time alone when the timestamp is unknown or not positive
-    (Kafka ignores those)."""
-    ts = first_batch_timestamp
-    return first_seen_ms if ts is None or ts <= 0 else min(ts, first_seen_ms)
+    """A segment's write time, by compaction's rule, for a segment the daemon has seen."""
+    written = segment_written_ms(first_batch_timestamp, first_seen_ms)
+    assert written is not None  # first_seen_ms is always known here
+    return written
 
 
 def deadline_ms(
     segments: Iterable[WrittenSegment], from_offset: int, to_offset: int, max_lag_ms: int
 ) -> int | None:
-    """The compaction deadline of the records in [``from_offset``, ``to_offset``): the earliest
-    write time of the segments holding them plus ``max.compaction.lag.ms``; None when no segment
-    holds any or the topic sets no lag."""
-    if max_lag_ms >= LONG_MAX:
-        return None
-    earliest = min(
+    """The compaction deadline of the records in [``from_offset``, ``to_offset``), by
+    compaction's ``deadline_after`` over the segments holding them."""
+    return deadline_after(
         (
             s.written_ms
             for s in segments
             if s.base_offset < to_offset and s.next_offset > max(from_offset, s.base_offset)
         ),
-        default=None,
+        max_lag_ms,
     )
-    return None if earliest is None else earliest + max_lag_ms
 
 
 def blocked_reason(st: PartitionStatus) -> str | None:

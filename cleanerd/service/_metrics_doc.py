@@ -250,7 +250,7 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
     MetricDoc(
         "cleanerd_segments_rolled_total",
         "counter",
-        "Idle active segments rolled because of max.compaction.lag.ms.",
+        "Active segments rolled before their max.compaction.lag.ms deadline.",
         "",
     ),
     MetricDoc(
