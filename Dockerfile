@@ -14,7 +14,7 @@ FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 RUN python3 -m venv /opt/build
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml README.md LICENSE pyspark_cleanerd.py ./
 COPY cleanerd ./cleanerd
 # The final stage installs from /wheels alone; a dependency without a wheel for this platform is
 # built here, where a compiler may be added, never there. Behind a TLS-intercepting proxy, give

@@ -18,8 +18,11 @@ from ._cleaning_plan import (
     LogMeta as LogMeta,
     SegmentMeta as SegmentMeta,
     cleaner_checkpoint as cleaner_checkpoint,
+    compaction_deadline_ms as compaction_deadline_ms,
+    deadline_after as deadline_after,
     plan as plan,
     rank as rank,
+    segment_written_ms as segment_written_ms,
     segments_between as segments_between,
 )
 from ._compile_clock import compile_clock as compile_clock

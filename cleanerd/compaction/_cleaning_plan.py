@@ -6,7 +6,9 @@ Kafka's, function for function (docs/kafka-format.md §4.1 to §4.4): ``cleanabl
 LogCleanerManager's ``cleanableOffsets``, ``log_to_clean`` is ``LogToClean`` with
 ``calculateCleanableBytes``, ``max_compaction_delay`` is ``maxCompactionDelay``. The must-clean
 ratio and ``rank`` are KIP-354's proposal, which Kafka never shipped (it only makes overdue logs
-eligible; cleanerd cleans them first).
+eligible; cleanerd cleans them first). ``compaction_deadline_ms`` is cleanerd's: the instant by
+which the log's oldest dirty record must have been cleaned for ``max.compaction.lag.ms`` to hold,
+which the scheduler works back from (docs/daemon.md, "Deadline scheduling").
 """
 
 from __future__ import annotations
@@ -206,8 +208,33 @@ def _clean_until(config: TopicCleanerConfig, now_ms: int) -> int:
 
 def _known_first_timestamp(segment: SegmentMeta) -> int | None:
     """Kafka ignores first-batch timestamps that are unknown, negative or zero."""
-    ts = segment.first_batch_timestamp
-    return ts if ts is not None and ts > 0 else None
+    return segment_written_ms(segment.first_batch_timestamp)
+
+
+def segment_written_ms(
+    first_batch_timestamp: int | None, first_seen_ms: int | None = None
+) -> int | None:
+    """When a segment's records were written, as compaction deadlines count it: its first
+    batch's timestamp (KIP-354's clock: the broker's append time for LogAppendTime topics, the
+    producer's for CreateTime ones), never later than ``first_seen_ms`` (when the daemon first
+    saw the segment holding records, if it tracks that: a producer clock running ahead cannot
+    push a deadline out); ``first_seen_ms`` alone when the timestamp is unknown or not positive
+    (Kafka ignores those). None when neither is known."""
+    ts = first_batch_timestamp
+    if ts is None or ts <= 0:
+        return first_seen_ms
+    return ts if first_seen_ms is None else min(ts, first_seen_ms)
+
+
+def deadline_after(written: Iterable[int], max_lag_ms: int) -> int | None:
+    """The compaction deadline of records written at ``written``: the earliest plus
+    ``max.compaction.lag.ms``; None with none, or with no maximum lag (Kafka's default, which
+    overflows a long)."""
+    earliest = min(written, default=None)
+    if earliest is None or max_lag_ms >= LONG_MAX:
+        return None
+    deadline = earliest + max(max_lag_ms, 0)
+    return deadline if deadline <= LONG_MAX else None
 
 
 def max_compaction_delay(
@@ -250,6 +277,28 @@ def must_clean_bytes(
     )
 
 
+def compaction_deadline_ms(
+    log: LogMeta, first_dirty_offset: int, config: TopicCleanerConfig
+) -> int | None:
+    """When the log's dirty data must have been cleaned: the earliest known first-batch
+    timestamp among the segments holding dirty offsets (from ``first_dirty_offset``, the active
+    segment included) plus ``max.compaction.lag.ms``; None when no such segment has a known
+    timestamp, or with no maximum lag (Kafka's default, which overflows a long).
+
+    A record superseded at time t is superseded by a record stamped about t, in a segment whose
+    first batch is no newer; cleaning that segment by its first timestamp + the lag removes the
+    older record by t + the lag. The first batch's timestamp is the segment's oldest record as
+    Kafka tracks it (``max_compaction_delay``'s, and a roll's); unknown or non-positive ones are
+    skipped, as Kafka skips them. Time-free: a survey's plan keeps it until the files change.
+    """
+    stamps = (
+        ts
+        for s in segments_between(log, first_dirty_offset, LONG_MAX)
+        if s.next_offset > first_dirty_offset and (ts := _known_first_timestamp(s)) is not None
+    )
+    return deadline_after(stamps, config.max_compaction_lag_ms)
+
+
 # --- the plan -------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CleaningPlan:
@@ -265,6 +314,7 @@ class CleaningPlan:
     compaction_delay_ms: int
     must_clean_bytes: int
     min_cleanable_dirty_ratio: float
+    deadline_ms: int | None = None  # compaction_deadline_ms: None, no deadline
 
     @property
     def total_bytes(self) -> int:
@@ -312,6 +362,7 @@ class CleaningPlan:
             "dirty_ratio": self.dirty_ratio,
             "must_clean_ratio": self.must_clean_ratio,
             "compaction_delay_ms": self.compaction_delay_ms,
+            "deadline_ms": self.deadline_ms,
             "need_compaction_now": self.need_compaction_now,
             "is_cleanable": self.is_cleanable,
         }
@@ -334,6 +385,7 @@ def plan(log: LogMeta, config: TopicCleanerConfig, now_ms: int) -> CleaningPlan:
             log, offsets.first_dirty_offset, sizes.first_uncleanable_offset, config, now_ms
         ),
         min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
+        deadline_ms=compaction_deadline_ms(log, offsets.first_dirty_offset, config),
     )
 
 

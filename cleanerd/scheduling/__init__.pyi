@@ -1,5 +1,6 @@
 """The front door of ``cleanerd.scheduling``: what other packages may use (see __init__.py)."""
 
+from ._deadlines import Roll as Roll
 from ._failures import RetryPolicy as RetryPolicy, locate as locate
 from ._grab import CleanOutcome as CleanOutcome, Grab as Grab
 from ._manager import CleanerManager as CleanerManager

@@ -1,19 +1,21 @@
 """Choosing the next log to clean, and what a worker gets and gives back.
 
-Pure functions over plans, split from the manager (which keeps the states): KIP-354's order via
-``plan.rank`` with an admin's clean request first, Kafka's grab figures (max dirty ratio, max
-compaction delay, logs past the max lag), and the cheap tests for idle rolls and retention.
+Pure functions over plans, split from the manager (which keeps the states): the order (an
+admin's clean request first, then the logs due by their deadline, earliest deadline first, then
+the rest in ``plan.rank``'s order), Kafka's grab figures (max dirty ratio, max compaction delay,
+logs past the max lag), and the cheap test for retention.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from cleanerd.compaction import CleanerStats, CleaningPlan, LogMeta, rank
+from cleanerd.scheduling._deadlines import Leads, is_due
 from cleanerd.scheduling._state import CleaningTotals
 from cleanerd.storage import TopicPartition
 from cleanerd.topics import TopicSettings
@@ -88,14 +90,29 @@ class GrabFigures:
 
 
 def choose(
-    plans: Sequence[CleaningPlan], requested: Collection[TopicPartition]
+    plans: Sequence[CleaningPlan],
+    requested: Collection[TopicPartition],
+    leads: Mapping[TopicPartition, Leads],
+    now_ms: int,
 ) -> tuple[TopicPartition | None, GrabFigures]:
     """The log to clean among the candidates' plans, and the grab's figures.
 
-    A requested log goes first (by rank if it is cleanable anyway, else the smallest name);
-    then ``rank``'s order: overdue by must-clean ratio, then by dirty ratio.
+    A requested log goes first (by the order below if it is cleanable anyway, else the smallest
+    name); then the logs due (``deadlines.is_due``: overdue, or their deadline nearer than their
+    lead), earliest deadline first (then KIP-354's must-clean ratio, the dirty ratio, the
+    name), whatever their dirty ratio; then ``rank``'s order of the rest, by dirty ratio. Every
+    log KIP-354 calls overdue is due, so none waits behind a dirty one.
     """
-    ranked = [p.topic_partition for p in rank(plans)]
+    due = sorted(
+        (p.deadline_ms, -p.must_clean_ratio, -p.dirty_ratio, p.topic_partition)
+        for p in plans
+        if p.deadline_ms is not None
+        and p.topic_partition in leads
+        and is_due(p, leads[p.topic_partition], now_ms)
+    )
+    ranked = [tp for *_, tp in due]
+    first = set(ranked)
+    ranked += [p.topic_partition for p in rank(plans) if p.topic_partition not in first]
     figures = GrabFigures(
         max_dirty_ratio=max((p.dirty_ratio for p in plans if p.total_bytes), default=0.0),
         max_compaction_delay_ms=max((p.compaction_delay_ms for p in plans), default=0),
@@ -106,14 +123,6 @@ def choose(
     if chosen is None and ranked:
         chosen = ranked[0]
     return chosen, figures
-
-
-def idle_roll_due(log: LogMeta, settings: TopicSettings, now_ms: int) -> bool:
-    """The non-empty active segment's first batch is older than ``max.compaction.lag.ms``."""
-    active = log.active_segment
-    ts = active.first_batch_timestamp
-    lag = settings.cleaner.max_compaction_lag_ms
-    return active.size_bytes > 0 and ts is not None and 0 < ts < now_ms - lag
 
 
 def retention_due(log: LogMeta, settings: TopicSettings, now_ms: int) -> bool:

@@ -1,9 +1,13 @@
 """Which partition a worker cleans next, and each partition's cleaning state.
 
 Kafka's ``LogCleanerManager`` under the daemon: the states (in progress, aborted, paused(n)),
-the uncleanable mark and the grab. The grab is KIP-354's order, which Kafka never shipped:
-overdue logs first by must-clean ratio, then the rest by dirty ratio (``plan.rank``); a log an
-admin asked to clean goes first whatever its ratio. cleanerd adds what Kafka lacks: a failed
+the uncleanable mark and the grab. The grab goes by deadlines, which Kafka lacks: logs due
+(overdue, or whose ``max.compaction.lag.ms`` deadline is nearer than their lead: the expected
+cleaning time plus the workers' time for the logs due before them) first, earliest deadline
+first, then the rest by dirty ratio (``plan.rank``); a log an admin asked to clean goes first
+whatever its ratio. The expected cleaning times are learned here from each partition's
+cleanings and the leads planned at each survey (``_deadlines``); ``next_wake_ms`` tells the
+daemon's loop when the next log falls due. cleanerd also adds what Kafka lacks: a failed
 clean, or a survey that cannot read the partition, is logged, counted and retried with exponential
 backoff before the partition is marked uncleanable (``failures``), and the mark is lifted when the
 partition's files change, when a survey reads it again, or on resume.
@@ -11,12 +15,14 @@ partition's files change, when a survey reads it again, or on resume.
 Split in two so the event loop never reads files: ``scan`` (thread-safe, no status change) takes
 a ``Survey`` in a thread; ``apply`` and everything else run on the loop thread.
 
-The manager also hands out the upkeep besides cleanings: idle rolls, retention sweeps and
+The manager also hands out the upkeep besides cleanings: rolls, retention sweeps and
 snapshots. Each such job marks its partition in progress while it runs (``reserve``/``release``),
-so no worker cleans a log that is being rolled, swept or snapshotted. Snapshots (KIP-630) are
-worker jobs under the shared dedupe budget; a worker asks for one only when no overdue log waits
-(``overdue_waiting``), so they rank after overdue cleanings and before the others, and a
-partition waiting to be cleaned is cleaned before its snapshot is taken.
+so no worker cleans a log that is being rolled, swept or snapshotted. An active segment is
+rolled at its deadline minus the expected cleaning time (``rolls``), so the cleaning that
+follows ends by the deadline. Snapshots (KIP-630) are worker jobs under the shared dedupe
+budget; a worker asks for one only when no due log waits (``due_waiting``), so they rank after
+due cleanings and before the others, and a partition waiting to be cleaned is cleaned before
+its snapshot is taken.
 
 Admin pauses outlive the process (``storage`` keeps them in each log dir): the daemon hands the
 recorded ones to ``restore_pauses`` before the first survey is applied, so a partition paused
@@ -34,6 +40,16 @@ from typing import Any
 
 from cleanerd.compaction import CleaningPlan, LogMeta
 from cleanerd.logger import get_logger
+from cleanerd.scheduling._deadlines import (
+    CleaningTimes,
+    Leads,
+    Roll,
+    due_at_ms,
+    is_due,
+    queue_leads,
+    roll_at_ms,
+    roll_due,
+)
 from cleanerd.scheduling._failures import FailureBook, RetryPolicy
 from cleanerd.scheduling._grab import (
     CleanOutcome,
@@ -41,7 +57,6 @@ from cleanerd.scheduling._grab import (
     GrabFigures,
     add_clean,
     choose,
-    idle_roll_due,
     retention_due,
 )
 from cleanerd.scheduling._metadata import MetadataCache
@@ -77,8 +92,11 @@ class CleanerManager:
         budget_bytes: int = 128 << 20,
         clock_ms: Callable[[], int] = wall_clock_ms,
         retry: RetryPolicy | None = None,
+        workers: int = 1,
     ) -> None:
+        """``workers``: how many cleanings run at once (the leads count on that many)."""
         self.log_dirs = tuple(Path(d) for d in log_dirs)
+        self.workers = workers
         self.failures = FailureBook(retry or RetryPolicy())
         self._config = (resolve, load_factor, budget_bytes)
         self._clock = clock_ms
@@ -93,6 +111,9 @@ class CleanerManager:
         # recorded pauses whose partition no survey has found yet: (its log dir, count)
         self._restored: dict[TopicPartition, tuple[Path, int]] = {}
         self.totals = CleaningTotals()
+        self.times = CleaningTimes()  # each partition's expected cleaning time, learned
+        self._lead_ms: dict[TopicPartition, int] = {}  # queue_leads at the last survey
+        self._grabbed_bytes: dict[TopicPartition, int] = {}  # the log's size when grabbed
         self.survey_errors: tuple[str, ...] = ()
         # Kafka's LogCleanerManager gauges and KIP-354's PreCleanStats, from the last grab
         self.last_run_ms: int | None = None  # wall clock of the last grab attempt
@@ -108,11 +129,15 @@ class CleanerManager:
         load_factor: float,
         budget_bytes: int,
         retry: RetryPolicy | None = None,
+        workers: int | None = None,
     ) -> None:
-        """New topic settings, sizing and retry rule (SIGHUP); the next scan plans with them."""
+        """New topic settings, sizing, retry rule and worker count (SIGHUP); the next scan
+        plans with them."""
         self._config = (resolve, load_factor, budget_bytes)
         if retry is not None:
             self.failures.retry = retry
+        if workers is not None:
+            self.workers = workers
 
     @property
     def metadata(self) -> MetadataCache:
@@ -147,11 +172,25 @@ class CleanerManager:
             if error not in self.survey_errors:  # once while it lasts, not every survey
                 log.error("log dir survey problem", error=error)
         self.survey_errors = survey.errors
+        self._plan_leads()
+
+    def _plan_leads(self) -> None:
+        """Each log's lead from its expected time and the logs due before it (``queue_leads``),
+        over the logs that may be cleaned (compacted, idle, with a deadline)."""
+        logs = [
+            (st.tp, st.deadline_ms, self.times.estimate_s(st.tp, st.size_bytes))
+            for st, _, _ in self._maintainable()
+            if st.deadline_ms is not None
+        ]
+        self._lead_ms = queue_leads(logs, self.workers)
+        for st in self._statuses.values():
+            st.lead_ms = self._lead_ms.get(st.tp, st.expected_clean_ms)
 
     def _forget(self, tp: TopicPartition) -> None:
         del self._statuses[tp]
-        for found in (self._surveyed, self._released):
+        for found in (self._surveyed, self._released, self._grabbed_bytes):
             found.pop(tp, None)
+        self.times.forget(tp)
         for marks in (self._stale, self._config_bad):
             marks.discard(tp)
         self.failures.forget(tp)
@@ -193,6 +232,7 @@ class CleanerManager:
             self.totals = dataclasses.replace(self.totals, failures=self.totals.failures + 1)
         st.uncleanable = self.failures.uncleanable(tp)
         self._take_plan(st, entry.plan)
+        st.expected_clean_ms = self.times.expected_ms(tp, st.size_bytes) if st.compacted else 0
 
     @staticmethod
     def _take_plan(st: PartitionStatus, p: CleaningPlan | None) -> None:
@@ -200,6 +240,7 @@ class CleanerManager:
             st.clean_bytes = st.cleanable_bytes = st.compaction_delay_ms = 0
             st.dirty_ratio = st.must_clean_ratio = 0.0
             st.overdue = st.cleanable = False
+            st.deadline_ms = None
             return
         st.clean_bytes, st.cleanable_bytes = p.clean_bytes, p.cleanable_bytes
         st.dirty_ratio, st.must_clean_ratio = p.dirty_ratio, p.must_clean_ratio
@@ -207,6 +248,15 @@ class CleanerManager:
         st.first_dirty_offset = p.first_dirty_offset
         st.first_uncleanable_offset = p.first_uncleanable_offset
         st.overdue, st.cleanable = p.overdue, p.is_cleanable
+        st.deadline_ms = p.deadline_ms
+
+    def _leads(self, st: PartitionStatus, settings: TopicSettings) -> Leads:
+        """How long before its deadlines the log is cleaned and rolled: its lead at the last
+        survey, else its expected cleaning time from its size now."""
+        lead = self._lead_ms.get(st.tp)
+        if lead is None:
+            lead = self.times.expected_ms(st.tp, st.size_bytes)
+        return Leads.of(lead, settings)
 
     # --- grabbing -----------------------------------------------------------------------------
     def _candidates(self, now: int) -> list[tuple[PartitionStatus, PartitionSurvey]]:
@@ -239,7 +289,8 @@ class CleanerManager:
         candidates = self._candidates(now)
         plans = [e.plan for _, e in candidates if e.plan is not None]
         requested = {st.tp for st, _ in candidates if st.clean_requested}
-        chosen, figures = choose(plans, requested)
+        leads = {st.tp: self._leads(st, e.settings) for st, e in candidates if e.settings}
+        chosen, figures = choose(plans, requested, leads, now)
         self.max_dirty_ratio = figures.max_dirty_ratio
         if chosen is None:
             return None
@@ -250,6 +301,7 @@ class CleanerManager:
         st.state = IN_PROGRESS
         st.clean_requested = False
         self._stale.add(chosen)
+        self._grabbed_bytes[chosen] = st.size_bytes
         _, load_factor, budget = self._config
         return Grab(
             tp=chosen,
@@ -277,6 +329,7 @@ class CleanerManager:
     # --- a worker lets go --------------------------------------------------------------------
     def _let_go(self, tp: TopicPartition) -> PartitionStatus | None:
         """In progress -> idle; aborted -> paused (Kafka's doneCleaning), or idle if resumed."""
+        self._grabbed_bytes.pop(tp, None)
         st = self._statuses.get(tp)
         if st is None:
             return None
@@ -289,12 +342,14 @@ class CleanerManager:
 
     def done(self, tp: TopicPartition, result: CleanOutcome) -> None:
         """A successful clean: history, totals, and no more failures or uncleanable mark."""
+        grabbed = self._grabbed_bytes.get(tp)
         st = self._let_go(tp)
         now = self._clock()
         self.totals = add_clean(self.totals, result.stats, spark=result.engine == "spark")
         self.last_success_ms = now
         if st is None:
             return
+        self.times.observe(tp, st.size_bytes if grabbed is None else grabbed, result.seconds)
         st.cleanings += 1
         st.last_clean_ms, st.last_clean_seconds = now, result.seconds
         st.last_clean_engine = result.engine
@@ -349,12 +404,36 @@ class CleanerManager:
                 found.append((st, entry.meta.log, entry.settings))
         return found
 
-    def idle_rolls(self) -> list[PartitionStatus]:
-        """Logs whose non-empty active segment's first batch is older than
-        ``max.compaction.lag.ms``: rolled, their records become cleanable within the lag."""
+    def rolls(self) -> list[Roll]:
+        """Active segments whose roll instant has passed: their deadline (first batch +
+        ``max.compaction.lag.ms``) minus the expected cleaning time and ``min.compaction.lag.ms``
+        (``Leads``). Rolled, the segment is cleaned by its deadline; an idle topic's too (Kafka
+        rolls only on an append)."""
         now = self._clock()
-        found = self._maintainable()
-        return [dataclasses.replace(st) for st, lm, ts in found if idle_roll_due(lm, ts, now)]
+        found = []
+        for st, lm, ts in self._maintainable():
+            leads = self._leads(st, ts)
+            if roll_due(lm, ts, leads, now):
+                lag = ts.cleaner.max_compaction_lag_ms
+                base = lm.active_segment.base_offset
+                found.append(Roll(st.tp, st.directory, base, lag, leads.roll_ms))
+        return found
+
+    def next_wake_ms(self) -> int | None:
+        """The next instant, after now, at which a log falls due or an active segment's roll
+        does (None: none will without new data); the daemon's loop sleeps until then rather
+        than a full backoff. Instants already passed are not waited for: those logs are
+        grabbed, rolled, or wait for what holds them (a worker, an open transaction)."""
+        now = self._clock()
+        times = []
+        for st, lm, ts in self._maintainable():
+            entry = self._surveyed[st.tp]
+            leads = self._leads(st, ts)
+            at_due = None if entry.plan is None else due_at_ms(entry.plan, leads)
+            for at in (at_due, roll_at_ms(lm, ts, leads)):
+                if at is not None and at > now:
+                    times.append(at)
+        return min(times, default=None)
 
     def deletable(self) -> list[PartitionStatus]:
         """``compact,delete`` logs with segments retention would delete (Kafka's sweep); the
@@ -377,10 +456,16 @@ class CleanerManager:
         self._let_go(tp)
 
     # --- snapshots (KIP-630) ------------------------------------------------------------------
-    def overdue_waiting(self) -> bool:
-        """An overdue log (KIP-354) waits for a worker: it goes before any snapshot."""
-        plans: list[CleaningPlan | None] = [e.plan for _, e in self._candidates(self._clock())]
-        return any(p is not None and p.need_compaction_now for p in plans)
+    def due_waiting(self) -> bool:
+        """A due log (overdue, or nearly: ``_deadlines``) waits for a worker: it goes before
+        any snapshot."""
+        now = self._clock()
+        return any(
+            e.plan is not None
+            and e.settings is not None
+            and is_due(e.plan, self._leads(st, e.settings), now)
+            for st, e in self._candidates(now)
+        )
 
     def grab_snapshot(self) -> SnapshotGrab | None:
         """A partition due a snapshot, marked in progress; the worker ``release``s it."""

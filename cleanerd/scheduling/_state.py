@@ -47,6 +47,13 @@ class PartitionStatus:
     first_uncleanable_offset: int = 0
     overdue: bool = False
     cleanable: bool = False  # Kafka's test (overdue, or dirtier than min.cleanable.dirty.ratio)
+    # deadline scheduling (scheduling._deadlines): when the oldest dirty record must have been
+    # cleaned (compaction.compaction_deadline_ms; None: no max.compaction.lag.ms or no timestamp),
+    # how long its next cleaning is expected to take, margin included, and how long before the
+    # deadline it is taken: that plus the workers' time for the logs due before it (uncapped)
+    deadline_ms: int | None = None
+    expected_clean_ms: int = 0
+    lead_ms: int = 0
     # history
     cleanings: int = 0
     last_clean_ms: int | None = None  # wall clock at the end of the last successful cleaning
@@ -88,7 +95,7 @@ class CleaningTotals:
     markers_removed: int = 0
     unkeyed_records_removed: int = 0
     txn_indexes_rebuilt: int = 0  # .txnindex files that disagreed with the ABORT markers
-    segments_rolled: int = 0  # idle active segments rolled past max.compaction.lag.ms
+    segments_rolled: int = 0  # active segments rolled before their max.compaction.lag.ms deadline
     segments_deleted: int = 0  # by retention (compact,delete)
     worker_restarts: int = 0
     snapshots: int = 0  # KIP-630 snapshots taken

@@ -104,11 +104,19 @@ def apply_retention(directory: Path, settings: TopicSettings, now_ms: int) -> tu
         return _retention(log, settings, now_ms)
 
 
-def roll_if_idle(directory: Path, settings: TopicSettings, now_ms: int) -> bool:
-    """Roll the active segment when its first record is older than ``max.compaction.lag.ms``
-    (under the writer lock), so an idle topic's deletions are compacted within the lag."""
+def roll_if_idle(
+    directory: Path,
+    settings: TopicSettings,
+    now_ms: int,
+    lead_ms: int = 0,
+    active_base: int | None = None,
+) -> bool:
+    """Roll the active segment ``lead_ms`` before its first record is ``max.compaction.lag.ms``
+    old, or later (under the writer lock, and only the segment of ``active_base`` when given),
+    so the cleaning that follows removes what it supersedes within the lag."""
     log = PartitionLog(directory, settings.log)
     try:
-        return log.roll_if_idle(now_ms, settings.cleaner.max_compaction_lag_ms)
+        lag = settings.cleaner.max_compaction_lag_ms
+        return log.roll_if_idle(now_ms, lag, lead_ms=lead_ms, active_base=active_base)
     finally:
         log.close()

@@ -3,9 +3,11 @@
 Start: install the signal handlers (first, so a stop at any moment of the start is orderly), lock
 every log dir (Kafka's ``.lock``), read the pauses recorded there (``storage``: a bad file stops
 the start), survey the partitions and apply those pauses before anything can be grabbed, bind the
-HTTP port, start the workers, and load the kernels (``_kernels``); once they are loaded the
-daemon is ready: it tells systemd READY and ``/readyz`` answers 200. A stop during the start
-skips what is left of it and exits 0.
+HTTP port, start the manager loop, and load the kernels (``_kernels``); once they are loaded the
+workers start (so no cleaning waits for a kernel to compile, and the first ones meet their
+deadlines) and the daemon is ready: it tells systemd READY and ``/readyz`` answers 200. A failed
+load starts the workers all the same, unready. A stop during the start skips what is left of it
+and exits 0.
 
 Run: one ``asyncio.TaskGroup`` owns the manager loop, the workers, the systemd watchdog and the
 HTTP server, so every task has a parent that awaits it; each catches its own errors (a crashed
@@ -14,10 +16,12 @@ ends the group. Cleanings run in their own ``log.cleaner.threads`` threads, surv
 file reads in a few others (``service._threads``); both pools are closed within the shutdown
 timeout.
 
-The manager loop rescans every ``log.cleaner.backoff.ms``, sooner after an admin request or
-when a worker runs out of work after cleanings (not after each cleaning: a survey holds the GIL
-for tens of microseconds per partition, which the workers need); it rolls idle active segments
-past ``max.compaction.lag.ms``, applies retention to ``compact,delete`` logs, wakes the workers,
+The manager loop rescans every ``log.cleaner.backoff.ms``, sooner when a log falls due
+(``CleanerManager.next_wake_ms``: a deadline minus the expected cleaning time), after an admin
+request, or when a worker runs out of work after cleanings (not after each cleaning: a survey
+holds the GIL for tens of microseconds per partition, which the workers need); it rolls active
+segments at their deadline minus the expected cleaning time, applies retention to
+``compact,delete`` logs, wakes the workers,
 and records each log dir's pauses when they changed (a partition gone takes its pause with it);
 an admin pause or resume answers once its record is written. Signals: SIGTERM/SIGINT stop
 (abort the running cleanings at the next batch boundary, wait for them up to the shutdown
@@ -42,12 +46,20 @@ from typing import Any, NoReturn
 
 from cleanerd.compaction import CleaningAbortedError, Throttler
 from cleanerd.config import ConfigError, LoadedConfig, TlsError, join_listen, load_chain
-from cleanerd.scheduling import CleanerManager, CleaningTotals, PartitionStatus, RetryPolicy, Survey
+from cleanerd.scheduling import (
+    CleanerManager,
+    CleaningTotals,
+    Grab,
+    PartitionStatus,
+    RetryPolicy,
+    Survey,
+)
 from cleanerd.service._announce import log_listening, log_ready, status_line
 from cleanerd.service._budget import DedupeBudget
 from cleanerd.service._clean_job import JobResult
 from cleanerd.service._http import Access, HttpServer, start_http
 from cleanerd.service._kernels import load_kernels
+from cleanerd.service._lateness import DeadlineWatch
 from cleanerd.service._logging import get_logger
 from cleanerd.service._maintenance import Maintenance
 from cleanerd.service._metrics import DaemonMetrics
@@ -69,6 +81,11 @@ from cleanerd.storage import (
 log = get_logger("cleanerd.daemon")
 
 KERNELS_LOADING, KERNELS_LOADED = "loading", "loaded"
+
+MIN_WAIT_S = 0.1
+"""The manager loop waits at least this long between surveys when waking for a deadline, so
+many partitions falling due one after the other cost a survey per tenth of a second at most
+(the lead's margin covers the delay)."""
 
 STALL_FACTOR = 3
 """``/healthz`` fails when the manager loop has not finished a cycle in this many backoffs
@@ -115,10 +132,12 @@ class Daemon:
             budget_bytes=c.dedupe_buffer_size,
             clock_ms=clock_ms,
             retry=_retry(loaded),
+            workers=max(c.threads, 1),
         )
         self.budget = DedupeBudget(c.dedupe_buffer_size)
         self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
         self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort)
+        self.deadlines = DeadlineWatch()  # outlives reloads: its counts are counters
         self.metrics = DaemonMetrics(self.status)
         self.service = ThreadPool("cleanerd-service", SERVICE_THREADS)  # surveys, HTTP reads
         self.maintenance = Maintenance(self.manager, clock_ms, self.service.submit)
@@ -154,6 +173,7 @@ class Daemon:
             if survey is None:
                 return self._stopped_early()
             self.manager.apply(survey)  # the restored pauses apply here, before any grab
+            self.deadlines.surveyed(survey, self.manager.statuses(), self.clock_ms())
             self.surveyed = True
             await self._record_pauses_logged()  # a pause of a partition not found goes
             if c.http_host is not None:
@@ -192,19 +212,7 @@ class Daemon:
             self._manager_running = True  # from now on, for /healthz, until the loop ends
             manager = group.create_task(self._manager(), name="manager")
             watchdog = group.create_task(self.notifier.run_watchdog(), name="watchdog")
-            kernels = group.create_task(self._load_kernels(), name="kernels")
-            self.pool = WorkerPool(
-                self.manager,
-                self.budget,
-                self.throttler,
-                PoolSettings.of(self.loaded.config),
-                group=group,
-                clock_ms=self.clock_ms,
-                on_cleaned=self._cleaned,
-                spark=self.spark,
-                service=self.service.submit,
-            )
-            self.pool.resize(self.pool.settings.threads)
+            kernels = group.create_task(self._load_kernels(group), name="kernels")
             await self._stop.wait()
             deadline = time.monotonic() + self._timeout_s
             await self._shutdown(manager, deadline)
@@ -217,10 +225,11 @@ class Daemon:
         log.info("stopped", cleanings=self._totals().cleanings)
         return 1 if self._manager_crashed else 0
 
-    async def _load_kernels(self) -> None:
-        """Load the kernels in a service thread, then be ready: the ``cleanerd ready`` line,
-        READY=1 to systemd, 200 from ``/readyz``. A failed load is logged and leaves the daemon
-        unready, ``/readyz`` saying why; it runs on, its cleanings compiling what they call."""
+    async def _load_kernels(self, group: asyncio.TaskGroup) -> None:
+        """Load the kernels in a service thread, then start the workers and be ready: the
+        ``cleanerd ready`` line, READY=1 to systemd, 200 from ``/readyz``. A failed load is
+        logged and leaves the daemon unready, ``/readyz`` saying why; its workers start all the
+        same, their cleanings compiling what they call."""
         try:
             log_dirs = self.loaded.config.log_dirs
             load = await self.service.submit(load_kernels, None, self._abort.is_set, log_dirs)
@@ -229,8 +238,10 @@ class Daemon:
         except Exception as e:
             self.kernels = f"failed: {e!r}"
             log.error("loading the kernels failed; not ready", error=repr(e), exc_info=e)
+            self._start_workers(group)
             return
         self.kernels = KERNELS_LOADED
+        self._start_workers(group)
         log.info(
             "kernels loaded",
             seconds=round(load.seconds, 3),
@@ -243,6 +254,23 @@ class Daemon:
         c = self.loaded.config
         log_ready(c, self.manager.statuses(), self.http.port if self.http else None)
         self.notifier.ready(self._status_line())
+
+    def _start_workers(self, group: asyncio.TaskGroup) -> None:
+        """The worker pool, as tasks of ``group``; none once stopping."""
+        if self.stopping:
+            return
+        self.pool = WorkerPool(
+            self.manager,
+            self.budget,
+            self.throttler,
+            PoolSettings.of(self.loaded.config),
+            group=group,
+            clock_ms=self.clock_ms,
+            on_cleaned=self._cleaned,
+            spark=self.spark,
+            service=self.service.submit,
+        )
+        self.pool.resize(self.pool.settings.threads)
 
     async def _serve_http(self, http: HttpServer, stopped: asyncio.Event) -> None:
         """Keep the HTTP port open until the daemon has stopped (``/healthz`` answers
@@ -410,7 +438,9 @@ class Daemon:
         while True:
             if self.pool is not None:
                 self.pool.survey_started()
-            self.manager.apply(await self.service.submit(self.manager.scan))
+            survey = await self.service.submit(self.manager.scan)
+            self.manager.apply(survey)
+            self.deadlines.surveyed(survey, self.manager.statuses(), self.clock_ms())
             await self._record_pauses_logged()
             changed = await self.maintenance.run()
             self.last_cycle = time.monotonic()
@@ -420,14 +450,18 @@ class Daemon:
             if changed:
                 continue  # a rolled segment is cleanable now: plan it at once
             backoff = self.loaded.config.backoff_ms / 1000
+            wait = wait_seconds(backoff, self.clock_ms(), self.manager.next_wake_ms())
             events = [self._rescan] if self.pool is None else [self._rescan, self.pool.starved]
-            await _wait_any(events, backoff)
+            await _wait_any(events, wait)
             self._rescan.clear()
             if self.pool is not None:
                 self.pool.starved.clear()
 
-    def _cleaned(self, result: JobResult) -> None:
+    def _cleaned(self, grab: Grab, result: JobResult) -> None:
         self.metrics.observe_clean(result.seconds)
+        delay = self.deadlines.cleaned(grab, result, self.clock_ms())
+        if delay is not None:
+            self.metrics.observe_compaction_delay(grab.tp.topic, delay)
 
     # --- reload -------------------------------------------------------------------------------
     def reload(self) -> None:
@@ -451,6 +485,7 @@ class Daemon:
             load_factor=c.load_factor,
             budget_bytes=c.dedupe_buffer_size,
             retry=_retry(new),
+            workers=max(c.threads, 1),
         )
         self.loaded = new
         if self._tls is not None and c.tls_cert_file is not None and c.tls_key_file is not None:
@@ -500,9 +535,11 @@ class Daemon:
             dedupe_budget_in_use_bytes=self.budget.in_use,
             throttle_sleep_seconds_total=self.throttler.slept_seconds,
             last_success_ms=m.last_success_ms,
+            deadlines=self.deadlines.figures(),
             per_partition_metrics=self.loaded.config.per_partition_metrics,
             ready=self.ready,
             stopping=self.stopping,
+            kernels=self.kernels,
         )
 
     def healthy(self) -> tuple[bool, str]:
@@ -603,6 +640,14 @@ class Daemon:
 
     def _status_line(self) -> str:
         return status_line(self.manager.statuses())
+
+
+def wait_seconds(backoff_s: float, now_ms: int, wake_ms: int | None) -> float:
+    """How long the manager loop sleeps: until the next log falls due (``wake_ms``), at least
+    ``MIN_WAIT_S``, at most one backoff."""
+    if wake_ms is None:
+        return backoff_s
+    return min(backoff_s, max((wake_ms - now_ms) / 1000, MIN_WAIT_S))
 
 
 async def _wait_any(events: Iterable[asyncio.Event], timeout_s: float) -> None:

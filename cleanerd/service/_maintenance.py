@@ -2,9 +2,11 @@
 
 Kafka rolls an active segment only when a record is appended, so a compacted topic that stops
 receiving writes keeps its last records (deletions included) in the active segment, out of the
-cleaner's reach, forever. cleanerd rolls such a segment once its first record is older than
-``max.compaction.lag.ms`` (under the partition's writer lock), so the next cleaning compacts it and
-a deletion is really gone within the lag.
+cleaner's reach, forever; and a writer rolls a compacted topic's segment only once its first
+record is ``max.compaction.lag.ms`` old, too late for a cleaning to end within the lag. cleanerd
+rolls the active segment the expected cleaning time before that (``CleanerManager.rolls``),
+under the partition's writer lock and only if it is still the segment the survey saw, so the
+cleaning that follows ends within the lag and a writer's own roll meanwhile is not doubled.
 
 ``compact,delete`` logs also get Kafka's retention (``retention.ms``, ``retention.bytes``) after
 each cleaning (``clean_job``) and here for those no worker has taken.
@@ -44,25 +46,33 @@ class Maintenance:
     async def run(self) -> bool:
         """One round; True when some segment was rolled or deleted (the caller replans)."""
         changed = False
-        for status in self.manager.idle_rolls():
-            if not self.manager.reserve(status.tp):
+        for roll in self.manager.rolls():
+            if not self.manager.reserve(roll.tp):
                 continue
             try:
-                settings = self.manager.settings_for(status.tp)
-                now = self.clock_ms()
-                rolled = await self.run_blocking(roll_if_idle, status.directory, settings, now)
+                settings = self.manager.settings_for(roll.tp)
+                rolled = await self.run_blocking(
+                    roll_if_idle,
+                    roll.directory,
+                    settings,
+                    self.clock_ms(),
+                    roll.lead_ms,
+                    roll.active_base,
+                )
             except Exception as e:
-                log.error("idle roll failed", partition=str(status.tp), error=str(e))
-                rolled = False
+                log.error("idle roll failed", partition=str(roll.tp), error=str(e))
+                continue
             finally:
-                self.manager.release(status.tp)
+                self.manager.release(roll.tp)
+            # not rolled: the files changed since the survey (a writer rolled): plan them anew
+            changed = True
             if rolled:
                 self.rolled += 1
-                changed = True
                 log.info(
-                    "rolled an idle active segment",
-                    partition=str(status.tp),
-                    max_compaction_lag_ms=settings.cleaner.max_compaction_lag_ms,
+                    "rolled the active segment for its deadline",
+                    partition=str(roll.tp),
+                    max_compaction_lag_ms=roll.max_lag_ms,
+                    lead_ms=roll.lead_ms,
                 )
         for status in self.manager.deletable():
             if not self.manager.reserve(status.tp):

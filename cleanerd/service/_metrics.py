@@ -2,9 +2,9 @@
 
 A custom collector reads one frozen status per scrape instead of keeping gauges updated from
 every code path: the figures then always agree with each other and with ``/status``, and a scrape
-never touches asyncio objects or half-updated manager records. Only the
-clean-duration histogram is a live prometheus object, because a distribution cannot be rebuilt
-from a status.
+never touches asyncio objects or half-updated manager records. Only the two histograms (clean
+durations, and how far from its deadline each cleaning landed) are live prometheus objects,
+because a distribution cannot be rebuilt from a status.
 
 The process's own figures come from prometheus_client's process collector, under the names every
 exporter uses (``process_resident_memory_bytes``, ``process_cpu_seconds_total``,
@@ -15,7 +15,9 @@ collectors are left out: the build info says the Python version already.
 
 The Kafka gauges keep Kafka's computations (docs/kafka-format.md §4.15) but report ratios (0..1) and
 seconds (floats) instead of Kafka's truncated integer percents and seconds. Like Kafka's, they
-read 0 when there are no workers.
+read 0 when there are no workers. They describe the last grab only; what every cleaning did
+against its deadline is in ``cleanerd_compaction_delay_seconds`` and the deadline counters
+(``service._lateness`` defines the deadline).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 import cleanerd
 from cleanerd.scheduling import CleaningState
+from cleanerd.service._lateness import BLOCKED_REASONS, blocked_reason
 from cleanerd.service._metrics_doc import METRICS_DOC
 from cleanerd.service._status import DaemonStatus
 from cleanerd.storage import MAPS
@@ -63,6 +66,29 @@ CLEAN_DURATION_BUCKETS = (
     3600,
 )
 """Cleanings range from milliseconds (small logs) to an hour (a full dedupe buffer, throttled)."""
+
+COMPACTION_DELAY_BUCKETS = (
+    -604800,
+    -86400,
+    -21600,
+    -3600,
+    -900,
+    -300,
+    -60,
+    -10,
+    0,
+    10,
+    30,
+    60,
+    300,
+    900,
+    3600,
+    21600,
+    86400,
+    604800,
+)
+"""Seconds from the deadline to the removal: negative (ahead of it) down to a week, a cleaning
+triggered by the dirty ratio long before the lag; positive from a roll's few seconds to days."""
 
 PARTITION_STATES = (*(s.value for s in CleaningState), "uncleanable")
 _WAITING_OR_RUNNING = (CleaningState.IDLE, CleaningState.IN_PROGRESS)
@@ -155,18 +181,51 @@ def _partition_gauges(s: DaemonStatus) -> list[Metric]:
         ubytes,
         by_state,
         _gauge("cleanerd_overdue_partitions", overdue),
+        _overdue_blocked(s),
         _gauge("cleanerd_cleanable_partitions", cleanable),
     ]
     if s.per_partition_metrics:
         dirty = _per_partition("cleanerd_partition_dirty_ratio")
         delay = _per_partition("cleanerd_partition_compaction_delay_seconds")
+        deadline = _per_partition("cleanerd_partition_time_to_compaction_deadline_seconds")
         for p in s.partitions:
             if p.compacted:  # a delete-only log has no dirty ratio
                 labels = [p.tp.topic, str(p.tp.partition)]
                 dirty.add_metric(labels, p.dirty_ratio)
                 delay.add_metric(labels, p.compaction_delay_ms / 1000)
-        out += [dirty, delay, *_snapshot_gauges(s)]
+                if (next_ms := s.deadlines.next_ms.get(p.tp)) is not None:
+                    deadline.add_metric(labels, (next_ms - s.now_ms) / 1000)
+        out += [dirty, delay, deadline, *_snapshot_gauges(s)]
     return out
+
+
+def _overdue_blocked(s: DaemonStatus) -> GaugeMetricFamily:
+    """Partitions past their compaction deadline that the daemon cannot clean, by why."""
+    name = "cleanerd_overdue_blocked_partitions"
+    count = dict.fromkeys(BLOCKED_REASONS, 0)
+    for p in s.partitions:
+        next_ms = s.deadlines.next_ms.get(p.tp)
+        why = blocked_reason(p)
+        if why is not None and next_ms is not None and next_ms < s.now_ms:
+            count[why] += 1
+    family = GaugeMetricFamily(name, _HELP[name], labels=["reason"])
+    for why, n in count.items():
+        family.add_metric([why], n)
+    return family
+
+
+def _deadline_counters(s: DaemonStatus) -> list[Metric]:
+    """Per topic: cleanings of logs past their max lag, and missed deadlines by reason."""
+    d = s.deadlines
+    name = "cleanerd_logs_compacted_by_max_compaction_lag_total"
+    by_lag = CounterMetricFamily(name, _HELP[name], labels=["topic"])
+    for topic, n in sorted(d.by_max_lag.items()):
+        by_lag.add_metric([topic], n)
+    name = "cleanerd_compaction_deadline_missed_total"
+    missed = CounterMetricFamily(name, _HELP[name], labels=["topic", "reason"])
+    for (topic, reason), n in sorted(d.missed.items()):
+        missed.add_metric([topic, reason], n)
+    return [by_lag, missed]
 
 
 def _per_partition(name: str) -> GaugeMetricFamily:
@@ -220,7 +279,7 @@ def _budget_and_counters(s: DaemonStatus) -> list[Metric]:
 
 def status_metrics(s: DaemonStatus) -> list[Metric]:
     """Every status-derived metric family (pure: tests and the collector share it)."""
-    return _kafka_gauges(s) + _partition_gauges(s) + _budget_and_counters(s)
+    return _kafka_gauges(s) + _partition_gauges(s) + _budget_and_counters(s) + _deadline_counters(s)
 
 
 class StatusCollector:
@@ -243,8 +302,8 @@ def descriptor_metrics() -> list[Metric]:
 
 
 class DaemonMetrics:
-    """The daemon's own registry: status collector, clean-duration histogram, build info and
-    the process's figures."""
+    """The daemon's own registry: status collector, the two histograms, build info and the
+    process's figures."""
 
     def __init__(self, status: Callable[[], DaemonStatus]) -> None:
         # _created series only add noise for a single long-lived process;
@@ -257,6 +316,13 @@ class DaemonMetrics:
             "cleanerd_clean_duration_seconds",
             _HELP["cleanerd_clean_duration_seconds"],
             buckets=CLEAN_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._delays = Histogram(
+            "cleanerd_compaction_delay_seconds",
+            _HELP["cleanerd_compaction_delay_seconds"],
+            ["topic"],
+            buckets=COMPACTION_DELAY_BUCKETS,
             registry=self.registry,
         )
         # an alert on "no success for an hour" must not fire in the daemon's first hour
@@ -278,6 +344,11 @@ class DaemonMetrics:
     def observe_clean(self, seconds: float) -> None:
         """Record one successful cleaning's duration (thread-safe)."""
         self._durations.observe(seconds)
+
+    def observe_compaction_delay(self, topic: str, seconds: float) -> None:
+        """Record how far past its deadline (negative: ahead of it) a cleaning of ``topic``
+        landed (``DeadlineWatch.cleaned``)."""
+        self._delays.labels(topic).observe(seconds)
 
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition and its content type."""

@@ -37,6 +37,29 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc(
+        "cleanerd_compaction_delay_seconds",
+        "histogram",
+        "Per cleaning, by topic: seconds from the compaction deadline of the records it cleaned"
+        " (their earliest write time + max.compaction.lag.ms) to its swap; negative: ahead of it"
+        " (topics with a max.compaction.lag.ms).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_logs_compacted_by_max_compaction_lag_total",
+        "counter",
+        "Cleanings of logs past max.compaction.lag.ms when taken (KIP-354's needCompactionNow),"
+        " by topic.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_compaction_deadline_missed_total",
+        "counter",
+        "Compaction deadlines missed, each once, by topic and reason: late (a cleaning landed"
+        " after it), uncleanable, paused, failing (it passed while the partition could not be"
+        " cleaned).",
+        "",
+    ),
+    MetricDoc(
         "cleanerd_max_buffer_utilization_ratio",
         "gauge",
         "Max over workers of the last pass's offset map fill (entries / slots).",
@@ -98,6 +121,13 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc(
+        "cleanerd_overdue_blocked_partitions",
+        "gauge",
+        "Compacted partitions past their compaction deadline that cannot be cleaned now, by"
+        " reason (uncleanable, paused, failing: backing off after a failure).",
+        "",
+    ),
+    MetricDoc(
         "cleanerd_cleanable_partitions",
         "gauge",
         "Compacted partitions cleanable now (past max.compaction.lag.ms or dirtier than"
@@ -116,6 +146,14 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "gauge",
         "How far each compacted partition is past max.compaction.lag.ms (labels topic,"
         " partition; off with cleanerd.metrics.per.partition=false).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_partition_time_to_compaction_deadline_seconds",
+        "gauge",
+        "Seconds to each compacted partition's next compaction deadline, negative past it"
+        " (labels topic, partition; per-partition switch as above; none without a dirty record"
+        " or a max.compaction.lag.ms).",
         "",
     ),
     MetricDoc(
@@ -212,7 +250,7 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
     MetricDoc(
         "cleanerd_segments_rolled_total",
         "counter",
-        "Idle active segments rolled because of max.compaction.lag.ms.",
+        "Active segments rolled before their max.compaction.lag.ms deadline.",
         "",
     ),
     MetricDoc(

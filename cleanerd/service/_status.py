@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cleanerd.scheduling import CleaningTotals, PartitionStatus
+from cleanerd.service._lateness import DeadlineFigures
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class DaemonStatus:
     max_dirty_ratio: float = 0.0
     last_run_ms: int | None = None  # wall clock of the last grab attempt
     logs_compacted_by_max_lag: int = 0  # KIP-354: logs that needed compaction now, last cycle
+    # compaction deadlines: misses, cleanings of overdue logs, each partition's next deadline
+    deadlines: DeadlineFigures = field(default_factory=DeadlineFigures)
     # budget and throttle
     dedupe_budget_bytes: int = 0
     dedupe_budget_in_use_bytes: int = 0
@@ -51,6 +54,7 @@ class DaemonStatus:
     per_partition_metrics: bool = True
     ready: bool = False
     stopping: bool = False
+    kernels: str = "loading"  # "loaded" or "failed: <error>": the workers start after either
 
     @property
     def dead_workers(self) -> int:
@@ -71,12 +75,14 @@ class DaemonStatus:
             "now_ms": self.now_ms,
             "ready": self.ready,
             "stopping": self.stopping,
+            "kernels": self.kernels,
             "workers": [dataclasses.asdict(w) for w in self.workers],
             "dead_workers": self.dead_workers,
             "totals": dataclasses.asdict(self.totals),
             "max_dirty_ratio": self.max_dirty_ratio,
             "max_compaction_delay_ms": self.max_compaction_delay_ms,
             "logs_compacted_by_max_lag": self.logs_compacted_by_max_lag,
+            "deadlines": self.deadlines.to_json(),
             "last_run_ms": self.last_run_ms,
             "last_success_ms": self.last_success_ms,
             "dedupe_budget_bytes": self.dedupe_budget_bytes,

@@ -80,7 +80,7 @@ class WorkerPool:
         *,
         group: asyncio.TaskGroup,
         clock_ms: Callable[[], int],
-        on_cleaned: Callable[[JobResult], None],
+        on_cleaned: Callable[[Grab, JobResult], None],
         spark: SparkEngine | None = None,
         service: Blocking = in_default_pool,
     ) -> None:
@@ -183,8 +183,8 @@ class WorkerPool:
     async def _loop(self, wid: int) -> None:
         slot = CleanerSlot()
         while not self.stopping and wid < self.settings.threads:
-            # snapshots rank after overdue cleanings and before the others (scheduling._manager)
-            snap = None if self.manager.overdue_waiting() else self.manager.grab_snapshot()
+            # snapshots rank after due cleanings and before the others (scheduling._manager)
+            snap = None if self.manager.due_waiting() else self.manager.grab_snapshot()
             if snap is not None:
                 await self._snapshot(wid, snap)
                 continue
@@ -326,7 +326,7 @@ class WorkerPool:
             last_bytes_written=stats.bytes_written,
             last_clean_seconds=result.seconds,
         )
-        self.on_cleaned(result)
+        self.on_cleaned(grab, result)
         if result.end_offset <= result.first_dirty_offset and not result.segments_deleted:
             # asked for (``ctl clean``) on a log with no dirty range: nothing was read or written
             bound.info(

@@ -7,7 +7,10 @@ can ask ``require_pyspark`` without paying for the engine, and a name that needs
 pyarrow raises :class:`SparkMissingError`, with the advice, when the extra is missing.
 
 ``cleanerd.spark.executor`` is the module Spark's Python daemon runs on executors (set by
-``build_session``); it is an entry point by name, not an import.
+``build_session``); it is an entry point by name, not an import. So is the top-level module
+``pyspark_cleanerd``, beside this package: Spark registers its ``DefaultSource``,
+:class:`KafkaLogDataSource`, in every session, so ``format("kafka-log")`` needs no
+``build_session``.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
         map_bytes_needed,
     )
     from cleanerd.spark._daemon_job import SparkCleaner
+    from cleanerd.spark._datasource import KafkaLogDataSource
     from cleanerd.spark._metrics import ReadMetrics, ReadTotals
     from cleanerd.spark._read import read_log
     from cleanerd.spark._session import build_session
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
 from cleanerd.spark._extra import INSTALL_HINT, SparkMissingError, require_pyspark
 
 _HOMES = {
+    "KafkaLogDataSource": "_datasource",
     "Options": "_compact",
     "PartitionJob": "_compact",
     "Plan": "_compact",
@@ -46,9 +51,12 @@ _HOMES = {
 }
 """Each lazily imported name -> its private module."""
 _NEEDS_EXTRA = frozenset({"_read", "_columns"})  # pyspark or pyarrow at import
+# not _datasource: it needs pyspark only, and Spark imports it in every session that looks up its
+# Python data sources (pyspark_cleanerd), where checking for pyarrow would cost a third of a second
 
 __all__ = [
     "INSTALL_HINT",
+    "KafkaLogDataSource",
     "Options",
     "PartitionJob",
     "Plan",

@@ -410,12 +410,25 @@ class PartitionLog:
         return AppendInfo(first, last)
 
     # --- rolling ----------------------------------------------------------------------------
-    def roll_if_idle(self, now_ms: int, max_lag_ms: int) -> bool:
-        """Roll the active segment if ``rolling.is_idle``; True if it rolled (KIP-354)."""
+    def roll_if_idle(
+        self,
+        now_ms: int,
+        max_lag_ms: int,
+        *,
+        lead_ms: int = 0,
+        active_base: int | None = None,
+    ) -> bool:
+        """Roll the active segment if ``rolling.is_idle`` (``lead_ms`` early); True if it
+        rolled (KIP-354). Decided under the writer lock, on the segment list as it is then:
+        with ``active_base``, only the segment of that base offset (the one the caller looked
+        at) is rolled, so a writer's roll in between is not followed by a second one; an empty
+        segment is never rolled."""
         with self.writer_lock:
             self._prepare_append()  # no torn tail may end up inside an inactive segment
             seg = self.active_segment
-            return is_idle(seg, now_ms, max_lag_ms) and self.roll() is not seg
+            if active_base is not None and seg.base_offset != active_base:
+                return False  # rolled since the caller looked: that roll was the one it wanted
+            return is_idle(seg, now_ms, max_lag_ms, lead_ms) and self.roll() is not seg
 
     def _jitter_ms(self, base_offset: int) -> int:
         return jitter_ms(self.config, self.directory.name, base_offset)

@@ -1,9 +1,12 @@
 """Kafka's rules for when the active segment rolls: on an append, and (ours) when idle.
 
 Kafka rolls only when an append arrives, so a compacted topic that stops receiving writes
-keeps its last records in the active segment, out of the cleaner's reach, for ever. The daemon
-rolls such a segment once its first batch is older than ``max.compaction.lag.ms`` (KIP-354's
-guarantee), using the same ``rollingBasedTimestamp`` an append would.
+keeps its last records in the active segment, out of the cleaner's reach, for ever. An append
+rolls a compacted topic's segment once it spans ``min(segment.ms, max.compaction.lag.ms)``
+(``LogConfig.max_segment_ms``): a writer cannot know how long the cleaning will take. The
+daemon rolls it earlier, ``lead`` ms before its first batch is ``max.compaction.lag.ms`` old
+(the lead is the expected cleaning time, scheduling's), so the cleaning ends within the lag;
+it uses the same ``rollingBasedTimestamp`` an append would.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def rolling_timestamp_ms(seg: LogSegment) -> int:
     return min(seg.created_ms, mtime) if seg.created_ms > 0 else mtime
 
 
-def is_idle(seg: LogSegment, now_ms: int, max_lag_ms: int) -> bool:
-    """A non-empty segment whose rolling timestamp is older than ``now_ms - max_lag_ms``."""
-    return seg.refresh_size() > 0 and rolling_timestamp_ms(seg) < now_ms - max_lag_ms
+def is_idle(seg: LogSegment, now_ms: int, max_lag_ms: int, lead_ms: int = 0) -> bool:
+    """A non-empty segment whose rolling timestamp is older than ``now_ms + lead_ms -
+    max_lag_ms``: ``lead_ms`` before its first batch is ``max_lag_ms`` old, or later."""
+    return seg.refresh_size() > 0 and rolling_timestamp_ms(seg) < now_ms + lead_ms - max_lag_ms

@@ -17,6 +17,7 @@ from cleanerd.compaction._cleaning_plan import (
     SegmentMeta,
     cleanable_offsets,
     cleaner_checkpoint,
+    compaction_deadline_ms,
     log_to_clean,
     max_compaction_delay,
     plan,
@@ -459,6 +460,48 @@ def test_must_clean_ratio_counts_overdue_cleanable_segments() -> None:
     assert not held.is_cleanable
 
 
+# --- the deadline ---------------------------------------------------------------------------------
+def test_deadline_is_the_oldest_dirty_first_batch_plus_the_max_lag() -> None:
+    """Segments from the one holding the first dirty offset count, the active one included; a
+    segment wholly below the checkpoint does not, however old."""
+    config = TopicCleanerConfig(compact=True, max_compaction_lag_ms=HOUR)
+    firsts: list[int | None] = [T0 - 9 * HOUR, T0 - 2 * HOUR, T0 - 3 * HOUR, T0 - 5 * HOUR]
+    log = _hand_log([10, 10, 10, 10], firsts=firsts)
+    assert compaction_deadline_ms(log, 0, config) == T0 - 8 * HOUR
+    assert compaction_deadline_ms(log, 15, config) == T0 - 4 * HOUR  # the active segment's
+    assert compaction_deadline_ms(log, 10, config) == T0 - 4 * HOUR
+    assert compaction_deadline_ms(log, 30, config) == T0 - 4 * HOUR  # only the active is dirty
+    assert compaction_deadline_ms(log, 40, config) is None  # nothing dirty
+    # the plan carries it; unlike the delay, it does not depend on when the plan is made
+    early, late = plan(log, config, T0 - 20 * HOUR), plan(log, config, T0)
+    assert early.deadline_ms == late.deadline_ms == T0 - 8 * HOUR
+    assert late.summary()["deadline_ms"] == T0 - 8 * HOUR
+
+
+def test_deadline_skips_unknown_timestamps_and_needs_a_max_lag() -> None:
+    config = TopicCleanerConfig(compact=True, max_compaction_lag_ms=HOUR)
+    log = _hand_log([10, 10, 10, 10], firsts=[None, -1, 0, T0])
+    assert compaction_deadline_ms(log, 0, config) == T0 + HOUR
+    assert compaction_deadline_ms(_hand_log([10, 10], firsts=[None, 0]), 0, config) is None
+    # Kafka's default lag (Long.MAX_VALUE) is no deadline, not an overflowed one
+    assert compaction_deadline_ms(log, 0, COMPACT) is None
+    assert plan(log, COMPACT, T0).deadline_ms is None
+    # an empty active segment has no first batch
+    assert compaction_deadline_ms(_hand_log([10, 0], firsts=[T0, None]), 10, config) is None
+
+
+def test_deadline_of_a_real_log_follows_its_records_timestamps(tmp_path: Path) -> None:
+    """Through ``LogMeta.from_log``: the first batch's timestamp of each segment, as stored."""
+    config = TopicCleanerConfig(compact=True, max_compaction_lag_ms=HOUR)
+    log = _make_log(tmp_path)
+    _fill(log, 3, T0)
+    log.roll()
+    log.append([_record(99, T0 + HOUR)])  # the first batch of the new active segment
+    meta = _meta(log, checkpoint=log.active_segment.base_offset)
+    assert compaction_deadline_ms(meta, meta.checkpoint or 0, config) == T0 + 2 * HOUR
+    assert plan(_meta(log), config, T0).deadline_ms == T0 + HOUR
+
+
 # --- ranking --------------------------------------------------------------------------------------
 def _plan(
     name: str, dirty: int, clean: int = 100, must: int = 0, delay: int = 0, ratio: float = 0.5
@@ -528,7 +571,8 @@ def test_plan_invariants(sizes: list[int], data: st.DataObject) -> None:
         max_compaction_lag_ms=data.draw(st.integers(max(min_lag, 1), 60)),
         min_cleanable_dirty_ratio=data.draw(st.floats(0, 1)),
     )
-    p = plan(log, config, data.draw(st.integers(0, 120)))
+    now = data.draw(st.integers(0, 120))
+    p = plan(log, config, now)
     assert log.log_start_offset <= p.first_dirty_offset <= log.log_end_offset
     assert p.first_dirty_offset <= p.first_uncleanable_dirty_offset
     assert p.first_uncleanable_offset in {s.base_offset for s in log.segments}
@@ -541,6 +585,9 @@ def test_plan_invariants(sizes: list[int], data: st.DataObject) -> None:
     if p.must_clean_bytes:
         assert p.need_compaction_now
         assert p.is_cleanable
+        # what KIP-354 calls overdue is past its deadline (so the scheduler takes it as due)
+        assert p.deadline_ms is not None
+        assert p.deadline_ms < now
     assert (p in rank([p])) is p.is_cleanable
 
 

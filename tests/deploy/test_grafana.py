@@ -76,6 +76,11 @@ def test_the_dashboard_shows_what_the_issue_lists() -> None:
         "cleanerd_clean_duration_seconds_bucket",  # clean durations
         "cleanerd_workers",  # worker state
         "cleanerd_dead_workers",
+        "cleanerd_compaction_delay_seconds_bucket",  # each removal against its deadline
+        "cleanerd_compaction_deadline_missed_total",
+        "cleanerd_overdue_blocked_partitions",
+        "cleanerd_logs_compacted_by_max_compaction_lag_total",
+        "cleanerd_partition_time_to_compaction_deadline_seconds",
     }
     assert wanted <= used, wanted - used
 

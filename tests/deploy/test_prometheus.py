@@ -4,9 +4,11 @@ Prometheus scraping a running ``cleanerd run`` (values read back through its que
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -232,22 +234,28 @@ def _scrape_config(tmp_path: Path, target: str) -> Path:
     return path
 
 
-def _gen(logdir: Path, topic: str, partitions: int) -> None:
-    """Records timestamped in 2023 (gen's default): far past any max.compaction.lag.ms now."""
+def _gen(logdir: Path, topic: str, partitions: int, *more: str) -> None:
+    """Records timestamped in 2023 (gen's default: far past any max.compaction.lag.ms now),
+    unless ``more`` says ``--start-timestamp``."""
     cmd = [sys.executable, "-m", "cleanerd", "gen", str(logdir), "--topic", topic]
     cmd += ["--partitions", str(partitions), "--records", "3000", "--segment-bytes", "65536"]
+    cmd += more
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProcess, Prometheus]]:
     """``cleanerd run`` on a generated log dir (a topic with max.compaction.lag.ms whose
-    records are years old: the KIP-354 gauges get large values), scraped by Prometheus."""
+    records are years old: the KIP-354 gauges get large values; and one of recent records, due
+    in a day), scraped by Prometheus."""
     tmp = tmp_path_factory.mktemp("live")
     logdir = tmp / "logs"
-    # one topic only: every grab then takes an overdue log, so the last grab's gauges (what the
-    # daemon serves once all is clean) are the KIP-354 figures, never a plain log's zeros
+    # one topic cleaned: every grab then takes an overdue log, so the last grab's gauges (what
+    # the daemon serves once all is clean) are the KIP-354 figures, never a plain log's zeros;
+    # "recent" is all in its active segment (nothing cleanable, never taken), due in a day
     _gen(logdir, "overdue", 2)
+    now_ms = str(int(time.time() * 1000))
+    _gen(logdir, "recent", 1, "--start-timestamp", now_ms, "--segment-bytes", str(1 << 20))
     config = write_config(
         tmp,
         {
@@ -255,7 +263,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProce
             "log.cleanup.policy": "compact",
             "log.cleaner.backoff.ms": 300,
         },
-        topics={"overdue": {"max.compaction.lag.ms": 60_000}},
+        topics={
+            "overdue": {"max.compaction.lag.ms": 60_000},
+            "recent": {"max.compaction.lag.ms": 86_400_000},
+        },
     )
     with DaemonProcess(config, tmp, name="cleanerd") as daemon:
         target = daemon.base_url.removeprefix("http://")
@@ -264,10 +275,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[DaemonProce
 
 
 def _quiet(daemon: DaemonProcess) -> bool:
-    """Every partition cleaned and idle, nothing left to clean: the gauges stay put."""
+    """Every overdue partition cleaned and idle, nothing left to clean: the gauges stay put."""
     status = daemon.status()
     return status["logs_compacted_by_max_lag"] > 0 and all(
-        p["state"] == "idle" and not p["cleanable"] and p["cleanings"] > 0
+        p["state"] == "idle"
+        and not p["cleanable"]
+        and (p["cleanings"] > 0) == (p["topic"] == "overdue")
         for p in status["partitions"]
     )
 
@@ -343,3 +356,102 @@ def test_every_dashboard_query_runs_on_metrics_a_live_scrape_exports(
         unknown = metric_names(query) - exported
         assert not unknown, f"{where}: {sorted(unknown)} not in a live scrape: {query}"
         prom.api("query", query=query)  # raises on a query Prometheus refuses
+
+
+# --- a partition past its deadline that cannot be cleaned ----------------------------------------
+DEADLINE_LAG_MS = 8000
+MISSED = "cleanerd_compaction_deadline_missed_total"
+DEADLINE_ALERTS = (
+    "CleanerdCompactionOverdue",
+    "CleanerdCompactionDeadlineMissed",
+    "CleanerdOverdueBlocked",
+)
+
+
+def _firing(prom: Prometheus, query: str) -> list[dict[str, Any]] | None:
+    """The series an alert's expression gives now, None while it gives none."""
+    result: list[dict[str, Any]] = prom.api("query", query=query)["result"]
+    return result or None
+
+
+@pytest.mark.slow
+def test_a_partition_past_its_deadline_that_cannot_be_cleaned_alerts_and_a_reload_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """The issue's case, made short: ``gdpr-0`` is corrupt (uncleanable at its first failure),
+    its records reach ``max.compaction.lag.ms`` while the daemon runs, ``gdpr-1`` is cleaned.
+    A real Prometheus finds the overdue, missed and blocked alerts' expressions true, the miss is
+    counted, and after a SIGHUP the count and the alerts are still there, with no counter reset."""
+    logdir = tmp_path / "logs"
+    _gen(logdir, "gdpr", 2, "--start-timestamp", str(int(time.time() * 1000)))
+    segment = sorted((logdir / "gdpr-0").glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    data[5000] ^= 0xFF  # inside a record: the batch's CRC no longer matches
+    segment.write_bytes(bytes(data))
+    config = write_config(
+        tmp_path,
+        {
+            "log.dirs": str(logdir),
+            "log.cleanup.policy": "compact",
+            "log.cleaner.backoff.ms": 300,
+            "cleanerd.retry.attempts": 0,
+        },
+        topics={"gdpr": {"max.compaction.lag.ms": DEADLINE_LAG_MS}},
+    )
+    with DaemonProcess(config, tmp_path, name="cleanerd") as daemon:
+        target = daemon.base_url.removeprefix("http://")
+        with Prometheus(_scrape_config(tmp_path, target), tmp_path) as prom:
+            # what main already had: uncleanable, and overdue by Kafka's rule
+            poll_until(
+                lambda: sample_value(daemon.scrape(), "cleanerd_overdue_partitions") >= 1,
+                timeout=60,
+                interval=0.2,
+                what="gdpr-0 overdue",
+            )
+            status = daemon.status()
+            corrupt = next(p for p in status["partitions"] if p["tp"] == "gdpr-0")
+            assert corrupt["state"] == "uncleanable"
+            metrics = daemon.scrape()
+            assert sample_value(metrics, MISSED, topic="gdpr", reason="uncleanable") == 1
+            blocked = sample_value(
+                metrics, "cleanerd_overdue_blocked_partitions", reason="uncleanable"
+            )
+            assert blocked == 1
+            time_left = "cleanerd_partition_time_to_compaction_deadline_seconds"
+            assert sample_value(metrics, time_left, topic="gdpr", partition="0") < 0
+            assert status["deadlines"]["missed"]["gdpr"]["uncleanable"] == 1
+            # gdpr-1 was cleaned: its cleanings are in the histogram
+            poll_until(
+                lambda: sample_value(
+                    daemon.scrape(), "cleanerd_compaction_delay_seconds_count", topic="gdpr"
+                ),
+                timeout=60,
+                what="gdpr-1 cleaned",
+            )
+            # the shipped alerts' expressions, as Prometheus evaluates them on its scrapes
+            rules = {r["name"]: r["query"] for r in _evaluated_rules(prom)}
+            for name in DEADLINE_ALERTS:
+                poll_until(functools.partial(_firing, prom, rules[name]), timeout=60, what=name)
+
+            reloads = len([x for x in daemon.logs() if x.get("event") == "config reloaded"])
+            daemon.signal(signal.SIGHUP)
+            poll_until(
+                lambda: (
+                    len([x for x in daemon.logs() if x.get("event") == "config reloaded"]) > reloads
+                ),
+                timeout=30,
+                what="the reload",
+            )
+            reloaded = time.time()
+            after = daemon.scrape()
+            assert sample_value(after, MISSED, topic="gdpr", reason="uncleanable") == 1
+            selector = f'{MISSED}{{topic="gdpr", reason="uncleanable"}}'
+            poll_until(
+                lambda: (prom.value(f"timestamp({selector})") or 0) > reloaded + 1,
+                timeout=60,
+                what="a scrape after the reload",
+            )
+            assert prom.value(selector) == 1
+            assert prom.value(f"resets({selector}[5m])") == 0
+            for name in DEADLINE_ALERTS:
+                assert _firing(prom, rules[name]), f"{name} after the reload"

@@ -2,8 +2,8 @@
 
 Each test starts the daemon as a subprocess on a log dir made here, scrapes ``/metrics`` with
 prometheus-client's parser, reads ``/status`` and the JSON log lines on stderr, and checks the
-files afterwards. Timeouts only bound the waiting; nothing asserts on speed, except the KIP-354
-promise itself (an idle overdue log is rolled within max lag + one backoff, with slack).
+files afterwards. Timeouts only bound the waiting; nothing asserts on speed (the deadline
+promise has its own test, tests/e2e/test_daemon_deadlines.py).
 """
 
 from __future__ import annotations
@@ -144,21 +144,23 @@ def test_idle_overdue_partition_is_rolled_and_compacted_within_the_lag(tmp_path:
         metrics = d.scrape()
         d.signal(signal.SIGTERM)
         assert d.wait(timeout=30) == 0
-    rolled = _event(d, "rolled an idle active segment", partition="idle-0")
+    rolled = _event(d, "rolled the active segment for its deadline", partition="idle-0")
     cleaned = _event(d, "log cleaned", partition="idle-0")
     assert rolled is not None
     assert cleaned is not None
-    # KIP-354: rolled only once its first record was older than the lag (Kafka would never roll
-    # it without a new append). How soon after depends on the machine's load (a loaded CI
-    # machine took 10 s to start the daemon): no wall-clock upper bound
-    assert lag_ms <= _ts_ms(rolled) - first_ms
-    assert sample_value(metrics, "cleanerd_num_logs_compacted_by_max_compaction_lag") == 1
+    # rolled its expected cleaning time before its first record was the lag old, not before
+    # (Kafka would never roll it without a new append). How soon after depends on the machine's
+    # load (a loaded CI machine took 10 s to start the daemon): no wall-clock upper bound
+    assert 0 < rolled["lead_ms"] <= lag_ms // 2
+    assert lag_ms - rolled["lead_ms"] <= _ts_ms(rolled) - first_ms
     assert sample_value(metrics, "cleanerd_segments_rolled_total") == 1
-    # max-compaction-delay: how far past the lag the log was when it was grabbed
+    # max-compaction-delay: how far past the lag the log was when it was grabbed (0 if before)
     delay_s = sample_value(metrics, "cleanerd_max_compaction_delay_seconds")
-    low = (_ts_ms(rolled) - first_ms - lag_ms) / 1000
-    high = (_ts_ms(cleaned) - first_ms - lag_ms) / 1000
+    low = max(_ts_ms(rolled) - first_ms - lag_ms, 0) / 1000
+    high = max(_ts_ms(cleaned) - first_ms - lag_ms, 0) / 1000
     assert low - 0.01 <= delay_s <= high + 0.01
+    overdue = sample_value(metrics, "cleanerd_num_logs_compacted_by_max_compaction_lag")
+    assert overdue == (1 if delay_s > 0 else 0)
     check = check_survivors(logdir, tp, writer.expected(tp), writer.tombstoned(tp))
     assert check.ok, check.problems
     assert check.records < 800

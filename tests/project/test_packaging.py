@@ -86,10 +86,34 @@ def test_wheel_holds_the_package_its_type_hints_and_the_entry_point(install: Ins
     names = zipfile.ZipFile(install.wheel).namelist()
     assert "cleanerd/py.typed" in names
     assert "cleanerd/cli/_warmup.py" in names
+    assert "pyspark_cleanerd.py" in names  # top-level: Spark's lookup of data sources finds it
     assert not [n for n in names if n.startswith("tests/") or "__pycache__" in n]
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(install.wheel).read(entry_points).decode()
     assert "cleanerd = cleanerd.cli:main" in text
+
+
+_SPARK_LOOKUP = """
+import json, pkgutil
+import pyspark_cleanerd
+found = [m.name for m in pkgutil.iter_modules() if m.name.startswith("pyspark_")]
+error = pyspark_cleanerd.LOAD_ERROR
+print(json.dumps([found, type(error).__name__, hasattr(pyspark_cleanerd, "DefaultSource")]))
+"""
+
+
+def test_spark_finds_the_entry_module_which_imports_even_without_the_extra(
+    install: Install,
+) -> None:
+    """Spark lists ``pyspark_*`` modules with ``pkgutil.iter_modules`` and imports each: the
+    installed one is listed, and in this venv, without the spark extra, its import does not raise
+    (a raise would fail Spark's lookup of every other data source too)."""
+    python = str(install.venv / "bin" / "python")
+    out = _run([python, "-c", _SPARK_LOOKUP], cwd=install.venv).stdout
+    found, error, has_source = json.loads(out)
+    assert found == ["pyspark_cleanerd"]
+    assert error == "ModuleNotFoundError"  # pyspark
+    assert has_source is False
 
 
 @pytest.fixture

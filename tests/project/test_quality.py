@@ -92,9 +92,10 @@ def _owner(path: Path) -> str | None:
 def test_other_packages_use_only_front_doors() -> None:
     """A package is used through its ``__init__`` (or a public module named in
     ``PUBLIC_MODULES``), never through a private module: the rest of it can change freely.
-    Holds for the package and the benchmarks; the tests may reach inside."""
+    Holds for the package, Spark's entry module and the benchmarks; the tests may reach inside."""
     problems = []
-    for path in sorted([*PACKAGE.rglob("*.py"), *(REPO / "bench").glob("*.py")]):
+    outside = [REPO / "pyspark_cleanerd.py", *(REPO / "bench").glob("*.py")]
+    for path in sorted([*PACKAGE.rglob("*.py"), *outside]):
         for name in _imports(path):
             parts = name.split(".")
             if parts[0] != "cleanerd" or len(parts) < 3 or parts[1] == _owner(path):
@@ -227,7 +228,7 @@ def _assert_tool_passes(name: str, *args: str) -> None:
 
 
 def test_ruff_clean() -> None:
-    _assert_tool_passes("ruff", "check", "cleanerd", "tests", "bench")
+    _assert_tool_passes("ruff", "check", "cleanerd", "pyspark_cleanerd.py", "tests", "bench")
 
 
 def test_ruff_format_clean() -> None:
@@ -248,5 +249,6 @@ def test_no_test_sets_a_hypothesis_deadline() -> None:
 
 
 def test_mypy_strict_clean() -> None:
-    """The package, the tests and the benchmarks: pyproject.toml's ``[tool.mypy]`` (strict)."""
-    _assert_tool_passes("mypy", "cleanerd", "tests", "bench")
+    """The package, Spark's entry module, the tests and the benchmarks: pyproject.toml's
+    ``[tool.mypy]`` (strict)."""
+    _assert_tool_passes("mypy", "cleanerd", "pyspark_cleanerd.py", "tests", "bench")

@@ -17,9 +17,9 @@ from tests.support import reference
 
 REPO = reference.REPO
 README = REPO / "README.md"
+# CHANGELOG.md is left out: it names what a version removed
 HAND_WRITTEN = (
     README,
-    REPO / "CHANGELOG.md",
     *sorted((REPO / "docs").glob("*.md")),
     REPO / "config" / "README.md",
     *sorted((REPO / "deploy").rglob("*.md")),

@@ -432,16 +432,16 @@ def test_corrupt_partition_is_isolated(tmp_path: Path) -> None:
 
 
 # --- other work ----------------------------------------------------------------------------------
-def test_idle_rolls_are_overdue_active_segments(tmp_path: Path) -> None:
+def test_rolls_are_overdue_active_segments(tmp_path: Path) -> None:
     _log(tmp_path, "idle", [RECENT], active=OLD)
     _log(tmp_path, "busy", [RECENT], active=RECENT)
     _log(tmp_path, "empty", [RECENT], active=None)
     _log(tmp_path, "plain", [RECENT], active=OLD)
     manager = _manager(tmp_path)
     _refresh(manager)
-    assert [s.tp.topic for s in manager.idle_rolls()] == ["idle"]
+    assert [s.tp.topic for s in manager.rolls()] == ["idle"]
     manager.pause(_tp("idle"))
-    assert manager.idle_rolls() == []
+    assert manager.rolls() == []
 
 
 def test_deletable_lists_compact_delete_logs_due_for_retention(tmp_path: Path) -> None:

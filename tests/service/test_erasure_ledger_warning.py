@@ -31,7 +31,7 @@ async def clean_all(manager: CleanerManager, count: int) -> list[MutableMapping[
                 PoolSettings(threads=1, load_factor=0.9, backoff_s=0.02),
                 group=group,
                 clock_ms=lambda: NOW,
-                on_cleaned=lambda _result: None,
+                on_cleaned=lambda _grab, _result: None,
             )
             manager.apply(manager.scan())
             pool.resize(1)

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cleanerd import __version__
 from cleanerd.scheduling import CleaningState, CleaningTotals, PartitionStatus
+from cleanerd.service._lateness import DeadlineFigures
 from cleanerd.service._metrics import DaemonMetrics
 from cleanerd.service._metrics_doc import METRICS_DOC
 from cleanerd.service._status import DaemonStatus, WorkerStatus
@@ -303,6 +304,11 @@ def test_metrics_doc_matches_the_exposition() -> None:
         "cleanerd_partition_dirty_ratio",
         "cleanerd_partition_compaction_delay_seconds",
         "cleanerd_build_info",
+        "cleanerd_compaction_delay_seconds",
+        "cleanerd_logs_compacted_by_max_compaction_lag_total",
+        "cleanerd_compaction_deadline_missed_total",
+        "cleanerd_overdue_blocked_partitions",
+        "cleanerd_partition_time_to_compaction_deadline_seconds",
     ):
         assert required in {d.name for d in METRICS_DOC}, required
 
@@ -318,3 +324,96 @@ def test_the_registry_has_the_process_s_memory_cpu_and_descriptors() -> None:
     assert _one(samples, "process_open_fds") >= 3  # stdin, stdout, stderr at least
     assert _one(samples, "process_max_fds") == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     assert _one(samples, "process_start_time_seconds") > 1_600_000_000
+
+
+# --- compaction deadlines ------------------------------------------------------------------------
+NOW_MS = 1_700_000_010_000
+
+
+def _deadline_status(*, per_partition: bool = True) -> DaemonStatus:
+    """Five partitions of ``gdpr`` with deadlines: one ahead, four past it (one being cleaned,
+    one uncleanable, one paused, one backing off after a failure), and one without a deadline."""
+    partitions = (
+        _status("gdpr", 0),
+        _status("gdpr", 1, state=CleaningState.IN_PROGRESS),
+        _status("gdpr", 2, uncleanable=True, failures=3),
+        _status("gdpr", 3, state=CleaningState.PAUSED, paused_count=1),
+        _status("gdpr", 4, failures=1, retry_at_ms=NOW_MS + 1000),
+        _status("gdpr", 5, uncleanable=True),  # nothing dirty: no deadline, not counted
+    )
+    next_ms = {TopicPartition("gdpr", 0): NOW_MS + 30_000}
+    next_ms |= {TopicPartition("gdpr", n): NOW_MS - 1000 * n for n in (1, 2, 3, 4)}
+    deadlines = DeadlineFigures(
+        missed={("gdpr", "late"): 4, ("gdpr", "uncleanable"): 1, ("gdpr", "paused"): 0},
+        by_max_lag={"gdpr": 7, "audit": 0},
+        next_ms=next_ms,
+    )
+    return DaemonStatus(
+        now_ms=NOW_MS,
+        partitions=partitions,
+        deadlines=deadlines,
+        per_partition_metrics=per_partition,
+    )
+
+
+def test_compaction_delay_histogram_by_topic_with_negative_buckets() -> None:
+    metrics = DaemonMetrics(_busy_status)
+    for topic, seconds in (("gdpr", -4000.0), ("gdpr", -30.0), ("gdpr", 5.0), ("audit", 7200.0)):
+        metrics.observe_compaction_delay(topic, seconds)
+    samples, _ = _scrape(_busy_status(), metrics)
+    name = "cleanerd_compaction_delay_seconds"
+    assert _one(samples, name + "_count", topic="gdpr") == 3
+    # with negative buckets there is no _sum (OpenMetrics): the buckets say it all
+    assert (name + "_sum", (("topic", "gdpr"),)) not in samples
+    gdpr = {
+        le: _one(samples, name + "_bucket", topic="gdpr", le=le)
+        for le in ("-604800.0", "-3600.0", "-60.0", "-10.0", "0.0", "10.0", "+Inf")
+    }
+    assert gdpr == {
+        "-604800.0": 0,
+        "-3600.0": 1,  # over an hour ahead of the deadline
+        "-60.0": 1,
+        "-10.0": 2,  # half a minute ahead
+        "0.0": 2,
+        "10.0": 3,  # five seconds late
+        "+Inf": 3,
+    }
+    assert _one(samples, name + "_bucket", topic="audit", le="3600.0") == 0
+    assert _one(samples, name + "_bucket", topic="audit", le="21600.0") == 1
+
+
+def test_deadline_counters_by_topic_and_reason() -> None:
+    samples, _ = _scrape(_deadline_status())
+    missed = "cleanerd_compaction_deadline_missed_total"
+    assert _one(samples, missed, topic="gdpr", reason="late") == 4
+    assert _one(samples, missed, topic="gdpr", reason="uncleanable") == 1
+    assert _one(samples, missed, topic="gdpr", reason="paused") == 0
+    by_lag = "cleanerd_logs_compacted_by_max_compaction_lag_total"
+    assert _one(samples, by_lag, topic="gdpr") == 7
+    assert _one(samples, by_lag, topic="audit") == 0
+    # Kafka's gauge keeps its meaning: the last grab's count, not these
+    assert _one(samples, "cleanerd_num_logs_compacted_by_max_compaction_lag") == 0
+
+
+def test_overdue_blocked_partitions_by_reason() -> None:
+    samples, _ = _scrape(_deadline_status())
+    by_reason = {
+        reason: _one(samples, "cleanerd_overdue_blocked_partitions", reason=reason)
+        for reason in ("uncleanable", "paused", "failing")
+    }
+    # the one being cleaned is past its deadline but not blocked; gdpr-5 has no deadline
+    assert by_reason == {"uncleanable": 1, "paused": 1, "failing": 1}
+
+
+def test_time_to_each_partition_s_deadline() -> None:
+    samples, _ = _scrape(_deadline_status())
+    name = "cleanerd_partition_time_to_compaction_deadline_seconds"
+    seconds = {
+        dict(labels)["partition"]: value for (n, labels), value in samples.items() if n == name
+    }
+    assert seconds == {"0": 30.0, "1": -1.0, "2": -2.0, "3": -3.0, "4": -4.0}
+    off, _ = _scrape(_deadline_status(per_partition=False))
+    assert name not in {n for n, _ in off}
+    assert (
+        _one(off, "cleanerd_overdue_blocked_partitions", reason="paused") == 1
+    )  # not per partition

@@ -50,7 +50,7 @@ def _pool(
         settings,
         group=group,
         clock_ms=lambda: NOW,
-        on_cleaned=lambda _result: None,
+        on_cleaned=lambda _grab, _result: None,
     )
     starved = CountingEvent()
     pool.starved = starved

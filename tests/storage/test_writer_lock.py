@@ -220,6 +220,44 @@ def test_roll_if_idle_without_timestamps_uses_the_segments_age(tmp_path: Path) -
     assert log.roll_if_idle(now_ms=now[0] + 1_001, max_lag_ms=1_000)
 
 
+def test_roll_if_idle_with_a_lead_rolls_that_much_before_the_lag(tmp_path: Path) -> None:
+    """The daemon rolls ``lead_ms`` (the expected cleaning time) before the first batch is the
+    lag old, so the cleaning after the roll ends within the lag."""
+    log = PartitionLog.create(tmp_path / "t-0")
+    log.append([Record(0, 5_000, b"k", b"v")])
+    assert not log.roll_if_idle(now_ms=5_700, max_lag_ms=1_000, lead_ms=300)  # at 5_000 + 1_000
+    assert log.roll_if_idle(now_ms=5_701, max_lag_ms=1_000, lead_ms=300)  # - 300, and after
+    assert [s.base_offset for s in log.segments] == [0, 1]
+
+
+def test_roll_if_idle_never_doubles_a_writers_roll(tmp_path: Path) -> None:
+    """The daemon decided to roll the segment at base 0; a writer rolled it first and went on
+    appending old-stamped records to the next one. Re-checked under the writer lock, the roll
+    is not done again: no second segment, and above all no empty one."""
+    directory = tmp_path / "t-0"
+    writer = PartitionLog.create(directory)
+    roller = PartitionLog(directory)  # the daemon's, opened before the writer's roll
+    writer.append([Record(0, 1_000, b"k", b"v")])
+    writer.roll()
+    writer.append([Record(0, 1_000, b"k", b"w")])  # old enough to roll by the rule alone
+    assert not roller.roll_if_idle(now_ms=10**12, max_lag_ms=1_000, active_base=0)
+    assert [s.base_offset for s in roller.segments] == [0, 1]
+    # the writer rolled again and has not appended yet: an empty active segment stays alone
+    writer.roll()
+    assert not roller.roll_if_idle(now_ms=10**12, max_lag_ms=1_000, active_base=1)
+    assert not roller.roll_if_idle(now_ms=10**12, max_lag_ms=1_000, active_base=2)
+    assert [s.base_offset for s in roller.segments] == [0, 1, 2]
+    assert sorted(p.name for p in directory.glob("*.log")) == [
+        f"{base:020d}.log" for base in (0, 1, 2)
+    ]
+    # the segment it was asked about, still active: rolled once
+    writer.append([Record(0, 1_000, b"k", b"x")])
+    assert roller.roll_if_idle(now_ms=10**12, max_lag_ms=1_000, active_base=2)
+    assert [s.base_offset for s in roller.segments] == [0, 1, 2, 3]
+    writer.close()
+    roller.close()
+
+
 # --- another process changed the dir ------------------------------------------------------------
 @pytest.mark.slow
 def test_writer_appends_to_the_segment_another_process_rolled(tmp_path: Path) -> None:
