@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kafka.errors import CorruptRecordError
 from kafka.record import MemoryRecords
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,6 +49,8 @@ from _daemon_support import Daemon
 
 TOPIC = "erasure"
 LOG_SUFFIXES = (".log", ".log.deleted", ".log.cleaned", ".log.swap")
+BATCH_OVERHEAD = 61  # a v2 batch header: no batch is shorter
+MIN_LENGTH = BATCH_OVERHEAD - 12  # its length field counts what follows offset and length
 
 
 def log(msg: str) -> None:
@@ -59,6 +63,7 @@ class Segment:
 
     read_to: int = 0
     offsets: set[int] = field(default_factory=set)
+    head: bytes = b""  # its first batch header: who the inode is (inode numbers are reused)
 
 
 @dataclass
@@ -80,19 +85,42 @@ class Tally:
     records_seen: int = 0
 
 
+class ReplacedError(Exception):
+    """The inode holds another file than the one read so far (inode numbers are reused)."""
+
+
 def read_tail(path: Path, segment: Segment) -> list[tuple[int, int, bytes | None]]:
-    """(offset, timestamp ms, key) of the whole batches past ``segment.read_to``."""
+    """(offset, timestamp ms, key) of the whole, CRC-valid batches past ``segment.read_to``."""
     try:
         with path.open("rb") as f:
+            if segment.read_to > os.fstat(f.fileno()).st_size:
+                raise ReplacedError  # files are only appended to: a shorter one is another file
+            head = f.read(BATCH_OVERHEAD)
+            if head[: len(segment.head)] != segment.head:
+                raise ReplacedError  # another first batch: a new file under a reused inode
+            segment.head = head
             f.seek(segment.read_to)
             data = f.read()
     except FileNotFoundError:
         return []
-    records = MemoryRecords(data)
-    found = []
-    while (batch := records.next_batch()) is not None:
-        found += [(r.offset, r.timestamp, r.key) for r in batch]
-    segment.read_to += records.valid_bytes()
+    found: list[tuple[int, int, bytes | None]] = []
+    pos = 0
+    while pos + BATCH_OVERHEAD <= len(data):
+        (length,) = struct.unpack_from(">i", data, pos + 8)
+        end = pos + 12 + length
+        if length < MIN_LENGTH or end > len(data):
+            break  # a batch still being written (a length not there yet): read it next time
+        if data[pos + 16] != 2:  # not a v2 batch where the last one ended: another file
+            raise ReplacedError
+        try:
+            batch = MemoryRecords(data[pos:end]).next_batch()
+            if batch is None or not batch.validate_crc():
+                break  # its bytes are not all there yet: read it next time
+            found += [(r.offset, r.timestamp, r.key) for r in batch]
+        except CorruptRecordError:
+            break  # the same
+        pos = end
+    segment.read_to += pos
     return found
 
 
@@ -109,9 +137,16 @@ def poll(directory: Path, part: Partition, tally: Tally, now: float) -> None:
                 present[entry.inode()] = Path(entry.path)
             except FileNotFoundError:
                 continue
+    gone_before: set[int] = set()
     for inode, path in present.items():
         segment = part.segments.setdefault(inode, Segment())
-        for offset, timestamp, key in read_tail(path, segment):
+        try:
+            records = read_tail(path, segment)
+        except ReplacedError:  # the old file went between two looks: its offsets may be gone
+            gone_before |= part.segments.pop(inode).offsets
+            segment = part.segments[inode] = Segment()
+            records = read_tail(path, segment)
+        for offset, timestamp, key in records:
             segment.offsets.add(offset)
             if offset >= part.next_offset:  # appended, not copied by a cleaning
                 part.next_offset = offset + 1
@@ -128,9 +163,9 @@ def poll(directory: Path, part: Partition, tally: Tally, now: float) -> None:
                 part.latest[key] = offset
             part.key_of[offset] = key
     removed = [inode for inode in part.segments if inode not in present]
-    if not removed:
+    if not removed and not gone_before:
         return
-    candidates = set().union(*(part.segments.pop(inode).offsets for inode in removed))
+    candidates = gone_before.union(*(part.segments.pop(inode).offsets for inode in removed))
     still = set().union(*(s.offsets for s in part.segments.values())) if part.segments else set()
     for offset in candidates - still:
         part.key_of.pop(offset, None)
@@ -239,6 +274,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if still_on_disk(progress) == 0:
                 break
         cpu = daemon.stat()
+        status = daemon.get("/status")
+        failed = [
+            {k: e.get(k) for k in ("event", "partition", "error", "failures")}
+            for _, e in daemon.lines
+            if e.get("level") in ("error", "warning")
+        ]
+        counts: dict[str, int] = {}
+        for _, e in daemon.lines:
+            counts[str(e.get("event"))] = counts.get(str(e.get("event")), 0) + 1
         load_after = os.getloadavg()
         stop.touch()
         checker_proc.wait(timeout=120)
@@ -274,6 +318,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "oldest_still_on_disk_s": result["oldest_still_on_disk_s"],
         "reappeared": result["reappeared"],
         "daemon": cpu,
+        "daemon_events": counts,
+        "daemon_problems": failed[:10],
+        "uncleanable": [p["tp"] for p in status["partitions"] if p.get("uncleanable")],
         "load_before": load_before,
         "load_after": load_after,
         "cpus": os.cpu_count(),
