@@ -32,6 +32,7 @@ from cleanerd.spark._staging import default_staging_root, group_dir, job_dir
 from cleanerd.storage import LEDGER_FILE, PartitionLog, read_ledger
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
+from tests.support.logs import ledger_counts
 from tests.support.spark_hooks import ship
 
 NOW = 1_800_000_000_000
@@ -42,30 +43,11 @@ TINY = 1 << 10  # no partition fits: plan B
 
 def tree(logdir: Path) -> dict[str, str]:
     """Every file under the log dir (partition dirs and checkpoints): name -> content hash. The
-    erasure ledgers say when and by which engine: ``ledgers`` compares what else they say."""
+    erasure ledgers say when and by which engine: ``ledger_counts`` compares what else they say."""
     return {
         str(p.relative_to(logdir)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(logdir.rglob("*"))
         if p.is_file() and p.name not in (".lock", LEDGER_FILE)
-    }
-
-
-def ledgers(logdir: Path) -> dict[str, list[tuple[int, ...]]]:
-    """Each partition's erasure ledger without its times and engine names."""
-    return {
-        p.name: [
-            (
-                e.first_dirty,
-                e.end,
-                e.records_removed,
-                e.tombstones_removed,
-                e.bytes_before,
-                e.bytes_after,
-            )
-            for e in read_ledger(p).entries
-        ]
-        for p in sorted(logdir.iterdir())
-        if p.is_dir()
     }
 
 
@@ -170,7 +152,7 @@ def test_plans_a_and_b_match_the_local_engine_byte_for_byte(
     assert [o.error for o in got_a + got_b] == [None] * (2 * len(jobs))
     assert tree(plan_a) == tree(local)
     assert tree(plan_b) == tree(local)
-    assert ledgers(plan_a) == ledgers(plan_b) == ledgers(local)
+    assert ledger_counts(plan_a) == ledger_counts(plan_b) == ledger_counts(local)
     assert {e.engine for p in plan_a.glob("*-*") for e in read_ledger(p).entries} == {"spark"}
     for outcome, summary in zip(got_a + got_b, want + want, strict=True):
         assert outcome.summary is not None

@@ -6,7 +6,7 @@ import hashlib
 from pathlib import Path
 
 from cleanerd.format import Record
-from cleanerd.storage import PartitionLog, TopicPartition
+from cleanerd.storage import PartitionLog, TopicPartition, read_ledger
 from cleanerd.topics import LogConfig
 
 
@@ -36,4 +36,24 @@ def tree_hash(path: Path) -> dict[str, str]:
         + f":{p.stat().st_mtime_ns}"
         for p in sorted(path.rglob("*"))
         if p.is_file()
+    }
+
+
+def ledger_counts(logdir: Path) -> dict[str, list[tuple[int, ...]]]:
+    """Each partition's erasure ledger without its times and engine names (which differ from
+    one run or engine to another by design)."""
+    return {
+        p.name: [
+            (
+                e.first_dirty,
+                e.end,
+                e.records_removed,
+                e.tombstones_removed,
+                e.bytes_before,
+                e.bytes_after,
+            )
+            for e in read_ledger(p).entries
+        ]
+        for p in sorted(logdir.iterdir())
+        if p.is_dir()
     }
