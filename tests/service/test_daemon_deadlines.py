@@ -5,18 +5,14 @@ compiled them first would end seconds late)."""
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cleanerd.compaction import CleaningAbortedError
 from cleanerd.format import Record
 from cleanerd.service import (
     Daemon,
-    KernelLoad,
     _clean_job as clean_job,
     _daemon as daemon_module,
     _workers as workers,
@@ -24,7 +20,7 @@ from cleanerd.service import (
 from cleanerd.service._daemon import MIN_WAIT_S, wait_seconds
 from cleanerd.storage import PartitionLog, wall_clock_ms
 from cleanerd.topics import LogConfig
-from tests.support.in_process import compacting_daemon
+from tests.support.in_process import HeldKernelLoad, compacting_daemon
 from tests.support.logs import two_partitions
 from tests.support.polling import until
 
@@ -80,28 +76,11 @@ async def test_the_loop_wakes_for_a_roll_well_within_its_backoff(tmp_path: Path)
         assert await asyncio.wait_for(run, 60) == 0
 
 
-class _HeldLoad:
-    """Stands in for ``load_kernels``: holds its thread until released (or told to stop)."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(
-        self, _root: Path | None, abort_check: Callable[[], bool], _dirs: object
-    ) -> KernelLoad:
-        self.started.set()
-        while not self.release.wait(0.005):
-            if abort_check():
-                raise CleaningAbortedError("kernel load")
-        return KernelLoad(0.5, 3, 0.4)
-
-
 @pytest.mark.asyncio
 async def test_no_worker_takes_work_before_the_kernels_are_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    held = _HeldLoad()
+    held = HeldKernelLoad()
     monkeypatch.setattr(daemon_module, "load_kernels", held)
     cleaned: list[str] = []
 

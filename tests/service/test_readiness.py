@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,28 +14,10 @@ import aiohttp
 import pytest
 import structlog
 
-from cleanerd.compaction import CleaningAbortedError
 from cleanerd.service import Daemon, KernelLoad, _daemon as daemon_module
-from tests.support.in_process import RecordingNotifier, compacting_daemon
+from tests.support.in_process import HeldKernelLoad, RecordingNotifier, compacting_daemon
 from tests.support.logs import two_partitions
 from tests.support.polling import until
-
-
-class _HeldLoad:
-    """Stands in for ``load_kernels``: holds its thread until released (or told to stop)."""
-
-    def __init__(self) -> None:
-        self.started = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(
-        self, _root: Path | None, abort_check: Callable[[], bool], _dirs: object
-    ) -> KernelLoad:
-        self.started.set()
-        while not self.release.wait(0.005):
-            if abort_check():
-                raise CleaningAbortedError("kernel load")
-        return KernelLoad(0.5, 3, 0.4)
 
 
 async def _get(daemon: Daemon, path: str) -> tuple[int, Any]:
@@ -52,7 +33,7 @@ async def _get(daemon: Daemon, path: str) -> tuple[int, Any]:
 async def test_ready_only_once_the_kernels_are_loaded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    held = _HeldLoad()
+    held = HeldKernelLoad()
     monkeypatch.setattr(daemon_module, "load_kernels", held)
     notifier = RecordingNotifier()
     daemon = compacting_daemon(two_partitions(tmp_path), notifier=notifier)
@@ -89,7 +70,7 @@ async def test_ready_only_once_the_kernels_are_loaded(
 async def test_a_reload_before_ready_sends_no_ready(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    held = _HeldLoad()
+    held = HeldKernelLoad()
     monkeypatch.setattr(daemon_module, "load_kernels", held)
     notifier = RecordingNotifier()
     daemon = compacting_daemon(two_partitions(tmp_path), notifier=notifier)

@@ -3,11 +3,13 @@ systemd notifier that records what it would have sent."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from cleanerd.compaction import CleaningAbortedError
 from cleanerd.config import load_config
-from cleanerd.service import Daemon
+from cleanerd.service import Daemon, KernelLoad
 from cleanerd.service._systemd import SystemdNotifier
 
 
@@ -43,3 +45,20 @@ def compacting_daemon(
     }
     loaded = load_config(env={}, overrides=overrides)
     return Daemon(loaded, lambda: loaded, notifier=notifier)
+
+
+class HeldKernelLoad:
+    """Stands in for ``load_kernels``: holds its thread until released (or told to stop)."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(
+        self, _root: Path | None, abort_check: Callable[[], bool], _dirs: object
+    ) -> KernelLoad:
+        self.started.set()
+        while not self.release.wait(0.005):
+            if abort_check():
+                raise CleaningAbortedError("kernel load")
+        return KernelLoad(0.5, 3, 0.4)
