@@ -188,7 +188,9 @@ class Cleaner:
 
         sources = segments_between(cleanable, -1, end)
         self._check(sources, build.checked, on_chunk)
-        ctx = self._context(log, config, strategy, now_ms, upper, cache, keep_tombstones_from)
+        ctx = self._context(
+            log, config, strategy, now_ms, log.high_watermark, cache, keep_tombstones_from
+        )
         meta = CleanedTransactionMetadata()
         groups = group_items(
             sources,
@@ -212,20 +214,21 @@ class Cleaner:
         config: TopicCleanerConfig,
         strategy: StrategyConfig,
         now_ms: int,
-        upper_bound: int,
+        high_watermark: int,
         abort_check: Callable[[], bool] = lambda: False,
     ) -> CleanerStats:
         """Kafka's ``cleanSegments``: clean one group with the map as it is, and swap it in.
 
         For tests and tools that fill the map themselves (Kafka's tests do); ``clean`` is the
-        whole pass. ``upper_bound`` is the cleaning round's first uncleanable offset.
+        whole pass. The batch ending at ``high_watermark`` stays, at least as an empty header
+        (KAFKA-20452; ``clean`` takes the log's own, ``PartitionLog.high_watermark``).
         """
         stats = CleanerStats(clock=self.clock)
         on_chunk = self._on_chunk(log, abort_check)
         with limit_decompression(log.config.max_decompressed_message_bytes):
             trust_txn_indexes(log, stats)
             self._check(segments, set(), on_chunk)
-            ctx = self._context(log, config, strategy, now_ms, upper_bound)
+            ctx = self._context(log, config, strategy, now_ms, high_watermark)
             self._clean_group(log, segments, ctx, CleanedTransactionMetadata(), stats, on_chunk)
         stats.all_done()
         return stats
@@ -259,7 +262,7 @@ class Cleaner:
         config: TopicCleanerConfig,
         strategy: StrategyConfig,
         now_ms: int,
-        upper_bound: int,
+        high_watermark: int,
         cache: RecordCache | None = None,
         keep_tombstones_from: int = LONG_MAX,
     ) -> PassContext:
@@ -269,7 +272,7 @@ class Cleaner:
             strategy=strategy,
             now_ms=now_ms,
             new_horizon_ms=min(now_ms + config.delete_retention_ms, LONG_MAX),
-            upper_bound=upper_bound,
+            high_watermark=high_watermark,
             producers=ProducerTable(
                 last_records_of_active_producers(state, now_ms, config.producer_id_expiration_ms)
             ),

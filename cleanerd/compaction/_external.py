@@ -93,18 +93,19 @@ def pass_context(
     config: TopicCleanerConfig,
     strategy: StrategyConfig,
     now_ms: int,
-    upper: int,
+    high_watermark: int,
     producers: Mapping[int, LastRecord],
     tombstones_kept_from: int = LONG_MAX,
 ) -> PassContext:
-    """Pass 2's fixed context, as ``Cleaner`` builds it (``tombstones_kept_from``: the oldest
+    """Pass 2's fixed context, as ``Cleaner`` builds it (``high_watermark``: the log's, read
+    once for the pass, ``PartitionLog.high_watermark``; ``tombstones_kept_from``: the oldest
     snapshot's end, see ``tombstone_floor``)."""
     return PassContext(
         omap=omap,
         strategy=strategy,
         now_ms=now_ms,
         new_horizon_ms=min(now_ms + config.delete_retention_ms, LONG_MAX),
-        upper_bound=upper,
+        high_watermark=high_watermark,
         producers=ProducerTable(producers),
         tombstones_kept_from=tombstones_kept_from,
     )

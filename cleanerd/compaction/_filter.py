@@ -5,8 +5,8 @@ chunk's batch matrix and the record rule is one kernel call (``decide_records``)
 
 * batch: the transaction verdict (``transaction_verdicts``, the only per-batch Python, and only
   for transactional and control batches), then ``checkBatchRetention``'s modes as masks:
-  RETAIN_EMPTY for a producer's last batch or the batch ending at the cleaning round's upper
-  bound, DELETE for discarded records, else DELETE_EMPTY;
+  RETAIN_EMPTY for a producer's last batch or the batch ending at the high watermark
+  (KAFKA-17076 as KAFKA-20452 narrowed it), DELETE for discarded records, else DELETE_EMPTY;
 * record: beyond the map's latest offset -> keep; control record -> keep; unkeyed -> drop and
   count; else the map's verdict (``OffsetMap.should_retain``'s rule, or the winner flag pass 1
   left in the record cache) and, for tombstones, the batch's delete horizon;
@@ -101,7 +101,9 @@ class PassContext:
     strategy: StrategyConfig
     now_ms: int
     new_horizon_ms: int  # now + delete.retention.ms: stamped on batches that need one
-    upper_bound: int  # first uncleanable offset (KAFKA-17076)
+    # the batch ending here stays, as an empty header if nothing else, so the log never ends below
+    # its high watermark (KAFKA-17076 as KAFKA-20452 narrowed it; docs/kafka-format.md §4.11)
+    high_watermark: int
     producers: ProducerTable
     # tombstones in batches reaching this offset stay whatever their horizon: a KIP-630 snapshot
     # ending below them would come back to life in a replay without them (LONG_MAX: no snapshot)
@@ -263,7 +265,7 @@ def decide_chunk(
         is_control, can_discard & has_horizon & (horizon <= ctx.now_ms), can_discard
     )
     retain_empty = ctx.producers.is_last_record(batches, is_control) | (
-        batches[:, k.B_LAST_OFFSET] + 1 == ctx.upper_bound
+        batches[:, k.B_LAST_OFFSET] + 1 == ctx.high_watermark
     )
     delete = ~retain_empty & discard_records
     marker_for_empty_txn = can_discard & is_control

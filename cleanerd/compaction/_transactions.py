@@ -216,7 +216,7 @@ def batch_retention(
     batch: BatchView,
     can_discard: bool,
     last_records_of_active_producers: Mapping[int, LastRecord],
-    upper_bound_offset_of_cleaning_round: int,
+    high_watermark: int,
     current_time_ms: int,
 ) -> BatchDecision:
     """Kafka's ``checkBatchRetention`` given the transaction verdict ``can_discard``."""
@@ -229,8 +229,9 @@ def batch_retention(
         batch, last_records_of_active_producers
     ):
         mode = BatchRetention.RETAIN_EMPTY
-    elif batch.next_offset == upper_bound_offset_of_cleaning_round:
-        mode = BatchRetention.RETAIN_EMPTY  # KAFKA-17076: keep where the cleaned range ends
+    elif batch.next_offset == high_watermark:
+        # KAFKA-17076 as KAFKA-20452 narrowed it: the log may not end below its high watermark
+        mode = BatchRetention.RETAIN_EMPTY
     elif discard_records:
         mode = BatchRetention.DELETE
     else:

@@ -117,7 +117,7 @@ class WriteJob:
     config: TopicCleanerConfig
     strategy: StrategyConfig
     now_ms: int
-    upper: int
+    high_watermark: int  # the log's, read once for the pass (KAFKA-20452)
     latest_offset: int
     producers: dict[int, LastRecord]
     states: tuple[TxnState, ...]
@@ -135,7 +135,7 @@ class WriteJob:
             self.config,
             self.strategy,
             self.now_ms,
-            self.upper,
+            self.high_watermark,
             self.producers,
             self.tombstones_kept_from,
         )
@@ -234,7 +234,7 @@ class SparkPass:
                 config=config,
                 strategy=strategy,
                 now_ms=now_ms,
-                upper=upper,
+                high_watermark=log.high_watermark,
                 latest_offset=upper - 1,
                 producers=producers,
                 states=states,

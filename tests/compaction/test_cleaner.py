@@ -24,7 +24,7 @@ from cleanerd.compaction import (
 from cleanerd.compaction._cleaner import Cleaner, CleaningAbortedError, segment_sizes
 from cleanerd.compaction._grouping import SegmentSizes, group_segments
 from cleanerd.compaction._offset_map._build import build_offset_map
-from cleanerd.format import INT_MAX as INT32_MAX, Record, build_batch, kernels as k, scan_batches
+from cleanerd.format import INT_MAX as INT32_MAX, Record, build_batch
 from cleanerd.inspect._verify import verify_partition
 from cleanerd.storage import AbortedTxn, PartitionLog
 from tests.support.cleaning import (
@@ -175,27 +175,6 @@ def test_clean_segments_with_abort(tmp_path: Path) -> None:
         )
     assert no_temp_files(log.directory)
     assert cleaner_checkpoint(log) is None  # a pass that did not finish writes no checkpoint
-    assert verify_partition(log.directory).problems == []
-
-
-def test_clean_segments_retaining_last_empty_batch(tmp_path: Path) -> None:
-    """Kafka test 32: every key superseded; the group collapses to one empty batch that keeps
-    the round's last offset (KAFKA-17076)."""
-    log = new_log(tmp_path, segment_bytes=1024)
-    fill_segments(log, 4, lambda o: rec(o, o))
-    keys = [b"%d" % x for x in keys_in_log(log)]
-    omap = offset_map(1 << 12)
-    omap.put_batch(hashes_of(keys), np.full(len(keys), LONG_MAX))
-    group = log.segments[:3]
-    expected_read = sum(s.size for s in group)
-    upper = group[-1].next_offset()
-    stats = Cleaner(omap).clean_segments(log, group, compacted_config(), OFFSET, LARGE_TS, upper)
-    assert stats.bytes_read == expected_read
-    assert len(log.segments) == 2
-    first = scan_batches(log.segments[0].view())
-    assert len(first) == 1
-    assert int(first.batches[0, k.B_COUNT]) == 0
-    assert int(first.batches[0, k.B_LAST_OFFSET]) == upper - 1
     assert verify_partition(log.directory).problems == []
 
 

@@ -202,11 +202,13 @@ def test_batch_decision_table(
     assert batch_retention(batch, can_discard, last_records, 100, NOW) == expected
 
 
-def test_upper_bound_rule_beats_delete_but_not_producer_rule() -> None:
+def test_high_watermark_rule_beats_delete_but_not_producer_rule() -> None:
+    """The batch whose next offset is the high watermark (10) stays, as an empty header if need
+    be (KAFKA-17076 as KAFKA-20452 narrowed it); the one before it does not."""
     assert batch_retention(view(9), True, {}, 10, NOW) == BatchDecision(RETAIN, True, False)
     assert batch_retention(view(9, pid=-1), False, {}, 10, NOW).mode is RETAIN
     assert batch_retention(view(8), True, {}, 10, NOW).mode is DELETE
-    # producer's last batch and upper bound both say RETAIN_EMPTY: same answer
+    # producer's last batch and high watermark both say RETAIN_EMPTY: same answer
     assert batch_retention(view(9), True, {1: (9, 0)}, 10, NOW).mode is RETAIN
 
 
@@ -318,8 +320,9 @@ class Sim:
                 last[b.pid] = (data, b.epoch)
         return last
 
-    def clean(self, now: int = NOW, segments: tuple[int, ...] = (0,), upper: int = 10**9) -> None:
-        """One pass; ``segments`` are source base offsets (aborted txns are added per segment)."""
+    def clean(self, now: int = NOW, segments: tuple[int, ...] = (0,), hw: int = 10**9) -> None:
+        """One pass; ``segments`` are source base offsets (aborted txns are added per segment),
+        ``hw`` the high watermark (the batch ending there stays)."""
         pass1 = CleanedTransactionMetadata(self.aborted)  # the offset map skips aborted data
         latest: dict[str, int] = {}
         for b in self.log:
@@ -337,7 +340,7 @@ class Sim:
                     t for t in self.aborted if t.last_offset >= lo and t.first_offset < hi
                 )
             d = batch_retention(
-                b.view(), meta.should_discard_batch(b.view()), last_records, upper, now
+                b.view(), meta.should_discard_batch(b.view()), last_records, hw, now
             )
             if d.mode is DELETE:
                 continue
@@ -394,7 +397,7 @@ def test_abort_marker_removal(tmp_path: Path) -> None:
     s.marker(ABORT)
     s.data("3")
     s.marker(COMMIT)
-    s.clean(upper=6)
+    s.clean(hw=6)
     assert (s.keys(), s.offsets()) == (["3"], [3, 4, 5])
     assert s.aborted == [AbortedTxn(1, 0, 3, 4)]
     s.two_pass()
@@ -426,10 +429,10 @@ def test_last_sequence_retained_even_if_transaction_aborted(tmp_path: Path) -> N
     for key in "123":
         s.data(key)
     s.marker(ABORT)
-    s.clean(upper=4)
+    s.clean(hw=4)
     assert (s.last_offsets(), s.keys(), s.offsets()) == ([2, 3], [], [3])
     s.data("1", "5")
-    s.clean(upper=6)
+    s.clean(hw=6)
     assert (s.last_offsets(), s.keys(), s.offsets()) == ([3, 5], ["1", "5"], [3, 4, 5])
 
 

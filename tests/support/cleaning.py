@@ -11,12 +11,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from kafka.record.memory_records import MemoryRecords
 
 from cleanerd.compaction import CleaningPlan, OffsetMap, plan_log, slot_bytes
 from cleanerd.compaction._cleaner import Cleaner, CleanResult
 from cleanerd.compaction._transactions import NEVER_EXPIRE
 from cleanerd.format import Record, RecordBatch, kernels as k
-from cleanerd.storage import LOG_SUFFIX, AbortedTxn, PartitionLog, segment_file
+from cleanerd.storage import (
+    LOG_SUFFIX,
+    REPLICATION_OFFSET_CHECKPOINT,
+    AbortedTxn,
+    PartitionLog,
+    segment_file,
+    update_offset_checkpoint,
+)
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 
 DAY = 86_400_000  # delete.retention.ms default
@@ -212,3 +220,39 @@ def hashes_of(keys: Sequence[bytes]) -> np.ndarray[Any, Any]:
         ],
         dtype=np.uint64,
     ).reshape(-1, 2)
+
+
+HEADER_ONLY = 61  # bytes of a batch with no records (docs/kafka-format.md §2.1)
+
+
+def kafka_python_batches(log: PartitionLog, below: int) -> list[tuple[int, int, int]]:
+    """(last offset, record count, size) of each batch below ``below``, as kafka-python reads
+    the segment files (CRC checked)."""
+    out: list[tuple[int, int, int]] = []
+    for seg in log.segments:
+        records = MemoryRecords(seg.log_path.read_bytes())
+        while (batch := records.next_batch()) is not None:
+            assert batch.validate_crc()
+            if batch.last_offset < below:
+                out.append((batch.last_offset, batch.records_count, batch.size_in_bytes))
+    return out
+
+
+def set_high_watermark(log: PartitionLog, offset: int) -> None:
+    path = log.directory.parent / REPLICATION_OFFSET_CHECKPOINT
+    update_offset_checkpoint(path, {log.topic_partition: offset})
+
+
+def unkeyed_tail(tmp_path: Path, active_records: int, hw: int | None) -> PartitionLog:
+    """Offsets 0 and 1 keyed, 2 unkeyed (every cleaning drops it), then a roll at 3 and
+    ``active_records`` records in the active segment; ``hw`` checkpointed when given."""
+    log = new_log(tmp_path)
+    log.append([rec(0, 0)])
+    log.append([rec(1, 1)])
+    log.append([rec(None, 2)])
+    log.roll()
+    for i in range(active_records):
+        log.append([rec(10 + i, i)])
+    if hw is not None:
+        set_high_watermark(log, hw)
+    return log
