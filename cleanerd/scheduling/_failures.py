@@ -4,7 +4,9 @@ A cleaning that fails and a survey that cannot read a partition are the same kin
 the operator: each is logged with the partition, the file and byte position when the error
 names them, counted (``failures`` in ``/status``, ``cleanerd_failures_total``) and retried after
 a backoff that doubles up to a cap; past ``cleanerd.retry.attempts`` retries the partition is
-uncleanable until its files change or an admin resumes it.
+uncleanable until its files change, its topic's settings change (the manager's
+``_settings_changed``) or an admin resumes it. Nothing of it is written down: a restart forgets
+it.
 """
 
 from __future__ import annotations
@@ -70,7 +72,8 @@ class FailureBook:
 
     A partition is uncleanable when its retries ran out, in a cleaning or in surveys, and stays
     so until its files change (the fingerprint of the survey after the last failure), a survey
-    reads it again (for survey failures), or ``resume``.
+    reads it again (for survey failures), or ``resume`` (an admin's, or a change of its topic's
+    settings).
     """
 
     def __init__(self, retry: RetryPolicy) -> None:

@@ -10,7 +10,9 @@ cleanings and the leads planned at each survey (``_deadlines``); ``next_wake_ms`
 daemon's loop when the next log falls due. cleanerd also adds what Kafka lacks: a failed
 clean, or a survey that cannot read the partition, is logged, counted and retried with exponential
 backoff before the partition is marked uncleanable (``failures``), and the mark is lifted when the
-partition's files change, when a survey reads it again, or on resume.
+partition's files change, when a survey reads it again, when its topic's settings change (a
+reload: what KAFKA-19895 asks of Kafka), or on resume. The mark lives in memory only: a restart
+starts every partition afresh, as Kafka's does.
 
 Split in two so the event loop never reads files: ``scan`` (thread-safe, no status change) takes
 a ``Survey`` in a thread; ``apply`` and everything else run on the loop thread.
@@ -108,6 +110,7 @@ class CleanerManager:
         self._released: dict[TopicPartition, int] = {}  # epoch at which a worker let go
         self._epoch = 0
         self._config_bad: set[TopicPartition] = set()  # its topic config did not resolve
+        self._settings: dict[TopicPartition, TopicSettings] = {}  # as last resolved
         # recorded pauses whose partition no survey has found yet: (its log dir, count)
         self._restored: dict[TopicPartition, tuple[Path, int]] = {}
         self.totals = CleaningTotals()
@@ -193,6 +196,7 @@ class CleanerManager:
         self.times.forget(tp)
         for marks in (self._stale, self._config_bad):
             marks.discard(tp)
+        self._settings.pop(tp, None)
         self.failures.forget(tp)
 
     def _apply_one(self, tp: TopicPartition, entry: PartitionSurvey, epoch: int) -> None:
@@ -208,6 +212,11 @@ class CleanerManager:
         self._stale.discard(tp)
         self._surveyed[tp] = entry
         st.size_bytes = entry.meta.size_bytes
+        if entry.settings is not None:
+            before = self._settings.get(tp)
+            self._settings[tp] = entry.settings
+            if before is not None and before != entry.settings:
+                self._settings_changed(st)
         if entry.config_error is not None:
             if tp not in self._config_bad:
                 log.error("topic config invalid", partition=str(tp), error=entry.config_error)
@@ -233,6 +242,22 @@ class CleanerManager:
         st.uncleanable = self.failures.uncleanable(tp)
         self._take_plan(st, entry.plan)
         st.expected_clean_ms = self.times.expected_ms(tp, st.size_bytes) if st.compacted else 0
+
+    def _settings_changed(self, st: PartitionStatus) -> None:
+        """The topic's settings differ from those of the last survey (a reload changed them):
+        its failures may have been theirs, so it is tried again at once, as after ``resume``
+        (KAFKA-19895 proposes the same for Kafka's uncleanable partitions)."""
+        if st.failures == 0 and not self.failures.uncleanable(st.tp):
+            return
+        log.info(
+            "topic settings changed; failures cleared",
+            partition=str(st.tp),
+            failures=st.failures,
+            uncleanable=st.uncleanable,
+        )
+        self.failures.resume(st.tp)
+        st.failures, st.retry_at_ms = 0, None
+        st.uncleanable = False
 
     @staticmethod
     def _take_plan(st: PartitionStatus, p: CleaningPlan | None) -> None:

@@ -404,6 +404,62 @@ def test_resume_clears_uncleanable(one: CleanerManager) -> None:
     assert _grab(one).tp == tp
 
 
+def test_a_topic_settings_change_clears_uncleanable_and_failures(tmp_path: Path) -> None:
+    """A reload that changes a topic's settings (SIGHUP: ``configure`` with a new resolver)
+    clears its partitions' uncleanable mark, failure count and backoff at the next survey, as
+    KAFKA-19895 proposes for Kafka; a reload that leaves them as they were, and the other
+    topics, keep theirs."""
+    for topic in ("t", "u"):
+        _log(tmp_path, topic, [RECENT] * 3)
+    tuned: dict[str, TopicSettings] = {}
+
+    def resolve(topic: str) -> TopicSettings:
+        return tuned.get(topic) or _settings(topic)
+
+    clock = Clock()
+    manager = CleanerManager([tmp_path], resolve, budget_bytes=BUDGET, clock_ms=clock, retry=RETRY)
+
+    def reload() -> None:
+        manager.configure(resolve, load_factor=0.9, budget_bytes=BUDGET)
+        _refresh(manager)
+
+    def figures(topic: str) -> tuple[bool, int, bool]:
+        st = manager.status(_tp(topic))
+        assert st is not None
+        return st.uncleanable, st.failures, st.retry_at_ms is not None
+
+    _refresh(manager)
+    manager.failures.retry = RetryPolicy(attempts=0, backoff_ms=0, backoff_max_ms=0)
+    first = _grab(manager).tp
+    manager.failed(first, "boom")  # uncleanable at once
+    manager.failures.retry = RETRY
+    _refresh(manager)
+    second = _grab(manager).tp
+    manager.failed(second, "boom")  # one failure, backing off
+    assert {first, second} == {_tp("t"), _tp("u")}
+    marked, failing = first.topic, second.topic
+    assert figures(marked) == (True, 1, False)
+    assert figures(failing) == (False, 1, True)
+
+    reload()  # same settings, new objects: nothing changes
+    assert (figures(marked), figures(failing)) == ((True, 1, False), (False, 1, True))
+    assert manager.grab() is None
+
+    changed = {"cleanup.policy": "compact", "max.compaction.lag.ms": LAG}
+    tuned[marked] = TopicSettings.from_kafka({**changed, "min.cleanable.dirty.ratio": 0.3})
+    with capture_logs() as logs:
+        reload()
+    assert figures(marked) == (False, 0, False)
+    assert figures(failing) == (False, 1, True)  # another topic: untouched
+    assert [e["partition"] for e in logs if "settings changed" in e["event"]] == [f"{marked}-0"]
+    assert _grab(manager).tp == _tp(marked)
+
+    tuned[failing] = TopicSettings.from_kafka({**changed, "delete.retention.ms": HOUR})
+    reload()
+    assert figures(failing) == (False, 0, False)  # no backoff left: grabbed now
+    assert _grab(manager).tp == _tp(failing)
+
+
 def test_corrupt_partition_is_isolated(tmp_path: Path) -> None:
     bad = _log(tmp_path, "broken", [RECENT] * 3)
     _log(tmp_path, "good", [RECENT] * 3)
