@@ -269,3 +269,48 @@ async def test_surveys_and_http_file_reads_run_on_the_service_threads(
         assert await asyncio.wait_for(run, 60) == 0
     assert {what for what, _ in ran} == {"survey", "listing"}
     assert all(thread.startswith("cleanerd-service_") for _, thread in ran), ran
+
+
+@pytest.mark.asyncio
+async def test_a_reload_that_changes_a_topics_settings_lifts_its_uncleanable_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cleanings that fail mark both partitions uncleanable (no retries); a SIGHUP reload that
+    changes the topic's settings (its broker-level default here) clears the marks and the
+    failure counts, and the partitions are tried again without a restart (KAFKA-19895). A
+    reload that leaves the settings as they were keeps the marks: the manager's test."""
+    tried: list[str] = []
+
+    def failing(directory: Path, *args: Any, **kwargs: Any) -> Any:
+        tried.append(directory.name)
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(workers, "run_clean", failing)
+    logdir = two_partitions(tmp_path)
+    base = {
+        "log.dirs": str(logdir),
+        "cleanerd.http.listen": "127.0.0.1:0",
+        "log.cleanup.policy": "compact",
+        "cleanerd.retry.attempts": "0",
+    }
+    changed = load_config(env={}, overrides={**base, "log.cleaner.delete.retention.ms": "1000"})
+    daemon = Daemon(load_config(env={}, overrides=base), lambda: changed)
+
+    def marked() -> list[bool]:
+        return [s.uncleanable for s in daemon.manager.statuses()]
+
+    run = asyncio.create_task(daemon.run())
+    try:
+        await until(lambda: marked() == [True, True])
+        assert sorted(tried) == ["t-0", "t-1"]
+        with structlog.testing.capture_logs() as logs:
+            daemon.reload()
+            await until(lambda: len(tried) >= 4)  # tried again, and failed again
+        cleared = [e["partition"] for e in logs if e["event"].startswith("topic settings")]
+        assert sorted(cleared) == ["t-0", "t-1"]
+        assert sorted(tried[2:4]) == ["t-0", "t-1"]
+        await until(lambda: marked() == [True, True])
+        assert [s.failures for s in daemon.manager.statuses()] == [1, 1]
+    finally:
+        daemon.request_stop("test")
+        assert await asyncio.wait_for(run, 60) == 0
