@@ -89,7 +89,7 @@ def _count_renames(tmp_path: Path) -> int:
     mp = pytest.MonkeyPatch()
     mp.setattr(os, "replace", counting)
     try:
-        log.replace_segments(new, old)
+        log.replace_segments([new], old)
     finally:
         mp.undo()
     return calls
@@ -101,7 +101,7 @@ def test_replace_segments_swaps_in_cleaned_data(tmp_path: Path) -> None:
     new, old = _cleaned_copy(log, 3)
     end = old[-1].next_offset()
     expected_first = {r[1]: r for r in before if r[0] < end}
-    log.replace_segments(new, old)
+    log.replace_segments([new], old)
     names = sorted(p.name for p in log.directory.iterdir())
     assert not [n for n in names if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX))]
     after = _contents(log.directory)
@@ -126,7 +126,7 @@ def test_every_crash_point_recovers_old_or_new(tmp_path: Path) -> None:
     reference = _build(tmp_path / "ref-0")
     old_contents = [(r.offset, r.key, r.value) for r in reference.records()]
     new, old = _cleaned_copy(reference, 3)
-    reference.replace_segments(new, old)
+    reference.replace_segments([new], old)
     new_contents = _contents(reference.directory)
     assert new_contents != old_contents
     seen = set()
@@ -146,7 +146,7 @@ def test_every_crash_point_recovers_old_or_new(tmp_path: Path) -> None:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(os, "replace", crashing)
             with contextlib.suppress(_Crash):
-                log.replace_segments(new, old)
+                log.replace_segments([new], old)
         state = sorted(p.name for p in directory.iterdir())
         got = _contents(directory)
         assert got in (old_contents, new_contents), (crash_after, state)
@@ -171,7 +171,7 @@ def test_crash_point_1_cleaned_files_are_discarded(tmp_path: Path) -> None:
 def test_crash_point_6_pending_deleted_files_are_removed(tmp_path: Path) -> None:
     log = _build(tmp_path / "t-0")
     new, old = _cleaned_copy(log, 3)
-    log.replace_segments(new, old)
+    log.replace_segments([new], old)
     after = _contents(log.directory)
     stale = log.directory / f"{0:020d}.log{DELETED_SUFFIX}"
     stale.write_bytes(b"junk")
@@ -200,8 +200,8 @@ def test_replace_refuses_a_cleaned_segment_that_does_not_cover_old_ones(tmp_path
         offset_of_max_timestamp=0,
     )
     new.on_become_inactive()
-    with pytest.raises(StorageError, match="covers offsets"):
-        log.replace_segments(new, old)
+    with pytest.raises(StorageError, match="cover offsets"):
+        log.replace_segments([new], old)
     assert len(log.segments) >= 4  # nothing was renamed
 
 
@@ -211,4 +211,4 @@ def test_active_segment_is_never_replaced(tmp_path: Path) -> None:
         log.directory, log.active_segment.base_offset, CONFIG, temp_suffix=CLEANED_SUFFIX
     )
     with pytest.raises(StorageError, match="active segment"):
-        log.replace_segments(new, [log.active_segment])
+        log.replace_segments([new], [log.active_segment])
