@@ -221,4 +221,3 @@ def test_aborted_transactions_are_indexed_in_the_segment_that_holds_their_marker
             got_entries.append((e.producer_id, e.first_offset, e.last_offset))
     assert sorted(got_entries) == want_entries
     assert verify_partition(log.directory).problems == []
-
