@@ -98,7 +98,9 @@ def _kafka_python_batches(data: bytes) -> list[tuple[int, int]]:
     return out
 
 
-def _reference(tmp_path: Path) -> tuple[int, list[tuple[int, bytes]], list[tuple]]:
+def _reference(
+    tmp_path: Path,
+) -> tuple[int, list[tuple[int, bytes]], list[tuple[int, bytes | None, bytes | None]]]:
     """The group's input bytes, its one cleaned segment and its records, without a limit."""
     log = _build(tmp_path / "reference-0")
     upper = log.active_segment.base_offset
