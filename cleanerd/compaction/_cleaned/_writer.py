@@ -185,7 +185,7 @@ class CleanedSegmentWriter:
 
     def _roll(self, base_offset: int) -> None:
         """Close the current segment (Kafka's ``onBecomeInactiveSegment``, flushed) and go on
-        in a new one at ``base_offset``; what is queued belongs to the current one."""
+        in a new one at ``base_offset``; the caller has appended what belongs to the old one."""
         self.segment.on_become_inactive()
         self.segment = self.output.new(base_offset)
 
