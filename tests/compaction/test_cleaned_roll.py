@@ -223,3 +223,33 @@ def test_aborted_transactions_are_indexed_in_the_segment_that_holds_their_marker
             got_entries.append((e.producer_id, e.first_offset, e.last_offset))
     assert sorted(got_entries) == want_entries
     assert verify_partition(log.directory).problems == []
+
+
+def test_an_output_whose_indexes_fill_rolls_before_the_entry_that_would_not_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``index.interval.bytes`` lowered after the data was written: the cleaned output takes
+    more index entries than its sources, and ``segment.index.bytes`` bounds them. Kafka's append
+    to a full index fails; cleanerd rolls (the active segment's rule, ``LogSegment`` full)."""
+    directory = tmp_path / "t-0"
+    log = PartitionLog.create(
+        directory, LogConfig(segment_bytes=1500, index_interval_bytes=1 << 20), clock=lambda: 0
+    )
+    for i in range(30):
+        log.append([Record(0, 1000 + i, f"k{i}".encode(), b"v" * 100)])
+    log.roll()
+    log.close()
+    config = LogConfig(segment_index_bytes=48, index_interval_bytes=100)
+    log = PartitionLog(directory, config, clock=lambda: 0)
+    upper = log.active_segment.base_offset
+    before = _records(log)
+    sources = len(log.segments) - 1
+    monkeypatch.setattr(writer_mod, "APPEND_BYTES", 1)  # one append, one index entry, per batch
+    clean(log)
+    cleaned = [s for s in log.segments if s.base_offset < upper]
+    assert len(cleaned) > sources
+    for seg in cleaned:
+        assert seg.offset_index.entries <= 48 // 8
+        assert seg.time_index.entries <= 48 // 12
+    assert _records(log) == before
+    assert verify_partition(directory).problems == []
