@@ -7,6 +7,7 @@ from ._batches import (
 )
 from ._bounds import Bound as Bound, as_rolled as as_rolled
 from ._cleaned._group_writer import write_group as write_group
+from ._cleaned._writer import CleanedOutput as CleanedOutput, max_segment_bytes as max_segment_bytes
 from ._cleaner import (
     Cleaner as Cleaner,
     CleaningAbortedError as CleaningAbortedError,

@@ -9,8 +9,9 @@
    clean segment that can be after earlier groups were swapped.)
 3. Pass 2: all segments from the log start with base offset < ``end_offset``, grouped as Kafka
    groups them (``_grouping``); each group is filtered chunk by chunk (``_filter``) into one
-   ``.cleaned`` segment (``_cleaned._writer``), which gets the mtime of the group's last source
-   segment and is swapped in through ``PartitionLog.replace_segments``.
+   ``.cleaned`` segment (``_cleaned._writer``), or several when the output would overflow one
+   (KAFKA-20036: it rolls at the batch that does not fit), which get the mtime of the group's
+   last source segment and are swapped in together through ``PartitionLog.replace_segments``.
 4. The partition's ``cleaner-offset-checkpoint`` entry becomes ``end_offset``.
 
 Under the offset strategy pass 1 leaves a record cache (``_offset_map._record_cache``): for each
@@ -27,8 +28,8 @@ also removes the group's ``.cleaned`` files before it propagates. Groups swapped
 stay swapped (as in Kafka); the checkpoint is written only after a complete pass.
 
 The swap of each group (``_cleaned._group_swap.replace_group``, which Spark's plan B uses too)
-deviates from Kafka in one way, for crash safety: tail segments of a group that lose every batch are
-replaced each by an empty segment at its own base (see there).
+deviates from Kafka in one way, for crash safety: source segments of a group that lose every batch
+up to the next cleaned segment are replaced each by an empty segment at its own base (see there).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from cleanerd.compaction._batches import fold_producers, segments_between
 from cleanerd.compaction._cleaned._group_swap import new_cleaned_segment, replace_group
 from cleanerd.compaction._cleaned._group_writer import write_group
+from cleanerd.compaction._cleaned._writer import CleanedOutput
 from cleanerd.compaction._cleaning_plan import CleaningPlan
 from cleanerd.compaction._filter import PassContext, ProducerTable
 from cleanerd.compaction._grouping import SegmentSizes, group_items
@@ -55,7 +57,6 @@ from cleanerd.compaction._transactions import (
 )
 from cleanerd.format import LONG_MAX, limit_decompression
 from cleanerd.storage import (
-    CLEANED_SUFFIX,
     CLEANER_OFFSET_CHECKPOINT,
     LogSegment,
     PartitionLog,
@@ -289,16 +290,16 @@ class Cleaner:
         on_chunk: Callable[[int], None],
         cache: RecordCache | None = None,
     ) -> None:
-        """Kafka's ``cleanSegments``: one ``.cleaned`` segment for the group, then the swap."""
-        cleaned = new_cleaned_segment(log, group[0].base_offset)
+        """Kafka's ``cleanSegments``: the group's ``.cleaned`` segments (one, or more when the
+        output rolls: KAFKA-20036), then one swap of them all."""
+        output = CleanedOutput(lambda base: new_cleaned_segment(log, base))
         try:
             mtime_ns = write_group(
-                log.segments, group, cleaned, ctx, meta, stats, on_chunk, cache, self.throttler
+                log.segments, group, output, ctx, meta, stats, on_chunk, cache, self.throttler
             )
-            replace_group(log, cleaned, group, mtime_ns)
+            replace_group(log, output.segments, group, mtime_ns)
         except BaseException:
-            if cleaned.temp_suffix == CLEANED_SUFFIX:
-                cleaned.delete()
+            output.delete()
             raise
 
 

@@ -11,9 +11,9 @@ the same order; they are here so that nothing of the cleaner's is copied:
   sequential replay of the transactional and control batches, the only state that crosses
   groups), so a group can be filtered on its own;
 * ``winner_map``: an ``OffsetMap`` holding given winners exactly as pass 1 would leave them;
-* ``_cleaned._group_writer.write_group`` (``Cleaner``'s own group loop) into a ``.cleaned`` segment
-  anywhere (a staging dir), and ``swap_group``: the swap of a finished one, empty
-  replacements included.
+* ``_cleaned._group_writer.write_group`` (``Cleaner``'s own group loop) into ``.cleaned`` segments
+  anywhere (a staging dir; ``CleanedOutput`` says where), and ``swap_group``: the swap of a
+  finished group's segments, empty replacements included.
 
 ``trust_txn_indexes`` (the cleaner's check before a pass) and ``_cleaned._group_swap.replace_group``
 are public in their modules. Like ``Cleaner.clean``, none of this holds the partition's writer lock
@@ -182,7 +182,10 @@ def winner_map(
     return omap
 
 
-def swap_group(log: PartitionLog, cleaned: LogSegment, group: Sequence[LogSegment]) -> None:
-    """Swap a ``.cleaned`` segment of the log's dir in for ``group`` as ``Cleaner`` does
-    (``_cleaned._group_swap.replace_group``, with the mtime of the group's last segment)."""
+def swap_group(
+    log: PartitionLog, cleaned: Sequence[LogSegment], group: Sequence[LogSegment]
+) -> None:
+    """Swap a group's ``.cleaned`` segments (one, or several when its output rolled) of the
+    log's dir in for ``group`` as ``Cleaner`` does (``_cleaned._group_swap.replace_group``,
+    with the mtime of the group's last segment)."""
     replace_group(log, cleaned, group, group[-1].log_path.stat().st_mtime_ns)

@@ -22,6 +22,7 @@ import heapq
 import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from cleanerd.format import (
     ATTR_CONTROL,
@@ -34,7 +35,15 @@ from cleanerd.format import (
     ControlType,
     kernels as k,
 )
-from cleanerd.storage import AbortedTxn, ProducerEntry, ProducerState, TransactionIndex
+from cleanerd.storage import AbortedTxn, ProducerEntry, ProducerState
+
+
+class AbortedSink(Protocol):
+    """Where kept ABORT markers' entries go: a ``TransactionIndex``, or a list the cleaned
+    segment writer hands on to the segment that holds each marker."""
+
+    def append(self, txn: AbortedTxn, /) -> None: ...
+
 
 LastRecord = tuple[int | None, int]
 """Kafka's ``LastRecord``: (last data offset, or None if only markers are known; epoch)."""
@@ -102,12 +111,12 @@ class OngoingAbortedTxn:
 class CleanedTransactionMetadata:
     """Transaction state of one cleaning pass (Kafka's ``CleanedTransactionMetadata``).
 
-    ``output_txn_index`` is re-pointed at each cleaned segment: the ABORT markers kept there get
+    ``output_txn_index`` is re-pointed at each group's output: the ABORT markers kept there get
     their ``.txnindex`` entries back, unchanged.
     """
 
     def __init__(
-        self, aborted: Iterable[AbortedTxn] = (), output_txn_index: TransactionIndex | None = None
+        self, aborted: Iterable[AbortedTxn] = (), output_txn_index: AbortedSink | None = None
     ) -> None:
         self.output_txn_index = output_txn_index
         self.ongoing_committed: set[int] = set()

@@ -29,7 +29,7 @@ driver's target keeps its appends out of the passes, as for the local engine.
 
 One fault-injection seam, for tests: ``BEFORE_WRITE_CONF`` names a function, as
 ``module:function``, that every write task imports and calls with its group number and staging
-dir once its ``.cleaned`` segment exists and before it is filled (``BeforeWrite``). Write tasks
+dir before it writes its ``.cleaned`` segments there (``BeforeWrite``). Write tasks
 run in Spark's Python workers, separate processes, so the hook travels as a name rather than an
 object; the module must be importable there (``SparkContext.addPyFile`` ships a file). A hook
 that raises fails the task as a write error would; one that blocks holds the task. Unset, the
@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from cleanerd.compaction import (
+    CleanedOutput,
     CleanerStats,
     CleaningPlan,
     CleanResult,
@@ -56,6 +57,7 @@ from cleanerd.compaction import (
     Throttler,
     TxnState,
     last_records,
+    max_segment_bytes,
     pass_context,
     pass_groups,
     restore_state,
@@ -124,6 +126,7 @@ class WriteJob:
     created_ms: int
     tombstones_kept_from: int = LONG_MAX  # the oldest snapshot's end (external.tombstone_floor)
     before_write: str | None = None  # BEFORE_WRITE_CONF's ``module:function``
+    max_segment_bytes: int | None = None  # the driver's roll size (compaction.max_segment_bytes)
 
     def write(self, group: int, hashes: Any, offsets: Any, versions: Any, has: Any) -> None:
         """Filter group ``group`` into its staging dir, with its counters (``STATS_FILE``)."""
@@ -141,22 +144,30 @@ class WriteJob:
         )
         stats = CleanerStats()
         where = group_dir(Path(self.staging), group)
-        cleaned = LogSegment.create(
-            where,
-            members[0].base_offset,
-            self.segments.config,
-            temp_suffix=CLEANED_SUFFIX,
-            created_ms=self.created_ms,
+        output = CleanedOutput(
+            lambda base: LogSegment.create(
+                where,
+                base,
+                self.segments.config,
+                temp_suffix=CLEANED_SUFFIX,
+                created_ms=self.created_ms,
+            )
         )
         try:
             if self.before_write is not None:
                 load_hook(self.before_write)(group, where)
             with limit_decompression(self.segments.config.max_decompressed_message_bytes):
                 write_group(
-                    segments, members, cleaned, ctx, restore_state(self.states[group]), stats
+                    segments,
+                    members,
+                    output,
+                    ctx,
+                    restore_state(self.states[group]),
+                    stats,
+                    max_bytes=self.max_segment_bytes,
                 )
         finally:
-            cleaned.close()
+            output.close()
         counters = {name: getattr(stats, name) for name in COUNTERS}
         (where / STATS_FILE).write_text(json.dumps(counters))
 
@@ -241,6 +252,7 @@ class SparkPass:
                 created_ms=log.clock(),
                 tombstones_kept_from=tombstone_floor(log),
                 before_write=before_write or None,
+                max_segment_bytes=max_segment_bytes(),
             )
             times.prepare = time.monotonic() - t0
             scan = ScanJob(seg_set, start, upper, strategy)
@@ -248,18 +260,24 @@ class SparkPass:
             results = self._run(scan, job, len(groups), sizes, stats, times)
             t0 = time.monotonic()
             for g, group in enumerate(groups):
-                base = group[0].base_offset
+                staged = staging / f"group-{g:06d}"
+                # one segment, or several when the group's output rolled (KAFKA-20036)
+                bases = sorted(int(p.name[:20]) for p in staged.glob(f"*.log{CLEANED_SUFFIX}"))
                 # as the local cleaner's swap: a writer opening the log meanwhile would take a
                 # .cleaned file for a crashed cleaning's and remove it
                 with log.writer_lock:
-                    move_into(staging / f"group-{g:06d}", log.directory, base, CLEANED_SUFFIX)
-                    cleaned = LogSegment(
-                        log.directory,
-                        base,
-                        log.config,
-                        temp_suffix=CLEANED_SUFFIX,
-                        created_ms=job.created_ms,
-                    )
+                    cleaned = []
+                    for base in bases:
+                        move_into(staged, log.directory, base, CLEANED_SUFFIX)
+                        cleaned.append(
+                            LogSegment(
+                                log.directory,
+                                base,
+                                log.config,
+                                temp_suffix=CLEANED_SUFFIX,
+                                created_ms=job.created_ms,
+                            )
+                        )
                     swap_group(log, cleaned, group)
             update_offset_checkpoint(
                 log.directory.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: upper}

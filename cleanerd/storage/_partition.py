@@ -497,8 +497,9 @@ class PartitionLog:
             yield from (r for r in batch.records() if r.offset >= start)
 
     # --- cleaning -----------------------------------------------------------------------------
-    def replace_segments(self, new: LogSegment, old: Sequence[LogSegment]) -> None:
-        """Swap a ``.cleaned`` segment in for inactive ``old`` segments (swap protocol)."""
+    def replace_segments(self, new: Sequence[LogSegment], old: Sequence[LogSegment]) -> None:
+        """Swap ``.cleaned`` segments (one or more) in for inactive ``old`` segments (swap
+        protocol, N -> M)."""
         with self.writer_lock:  # the list is now up to date with other processes
             live = {s.base_offset for s in self.segments[:-1]}
             gone = [s.log_path.name for s in old if s.base_offset not in live]
@@ -507,7 +508,8 @@ class PartitionLog:
             replace_segments(new, old)
             doomed = {s.base_offset for s in old}
             kept = [s for s in self.segments if s.base_offset not in doomed]
-            bisect.insort(kept, new, key=lambda s: s.base_offset)
+            for seg in new:
+                bisect.insort(kept, seg, key=lambda s: s.base_offset)
             self.segments = kept
 
     def flush(self) -> None:

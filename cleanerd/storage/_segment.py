@@ -281,6 +281,11 @@ class LogSegment:
     def indexes_full(self) -> bool:
         return self.offset_index.is_full() or self.time_index.is_full()
 
+    def index_entry_blocked(self) -> bool:
+        """Whether the next append would add an index entry to a full ``.index`` or
+        ``.timeindex`` (where Kafka's ``LogSegment.append`` fails)."""
+        return self._bytes_since_index > self.config.index_interval_bytes and self.indexes_full()
+
     def on_become_inactive(self) -> None:
         """Final time-index entry (into the reserved slot) and flush, as Kafka does on roll."""
         self._load_max_timestamp()

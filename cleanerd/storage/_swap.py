@@ -146,7 +146,7 @@ def _plan_recovery(directory: Path) -> _Plan:
     if logs:
         _check_range(logs, live)
         low = min(s.base for s in logs)
-        high = max(s.next_offset for s in logs)
+        high = max(s.reach for s in logs)  # an empty swap replaces the segment at its base
         # old segment files not yet renamed to .deleted when the crash came
         doomed = {*plan.deleted, *plan.rolled_back}
         for p in entries:
@@ -262,37 +262,50 @@ def _check_index_swaps(
             raise _unsafe(path, f"{final.name} exists: this is not part of an interrupted swap")
 
 
-def replace_segments(new: LogSegment, old: Sequence[LogSegment]) -> None:
-    """Swap ``new`` (a flushed ``.cleaned`` segment) in for ``old`` (ascending, all live).
+def replace_segments(new: Sequence[LogSegment], old: Sequence[LogSegment]) -> None:
+    """Swap ``new`` (flushed ``.cleaned`` segments, one or more) in for ``old`` (ascending, all
+    live): N segments become M (KAFKA-20036 rolls a group's output into several).
 
-    Order, as Kafka: new files ``.cleaned`` -> ``.swap`` (the ``.log`` last, so a ``.swap`` log
-    means the whole segment is there); old files -> ``.deleted``; new files -> final names;
-    directory fsync; then the ``.deleted`` files are removed. A crash at any point is repaired
-    by ``recover_temp_files``.
+    Order, as Kafka's ``LocalLog.replaceSegments``: new files ``.cleaned`` -> ``.swap``, the
+    highest base offset first and each segment's ``.log`` last (so while any new file is still
+    ``.cleaned``, every ``.swap`` file has a base at or above it and recovery rolls the swap back);
+    old files -> ``.deleted``; new files -> final names; directory fsync; then the ``.deleted``
+    files are removed. A crash at any point is repaired by ``recover_temp_files``.
     """
-    if new.temp_suffix != CLEANED_SUFFIX:
-        raise StorageError(f"replace_segments needs a {CLEANED_SUFFIX} segment, got {new}")
-    directory = new.directory
-    next_offset = new.next_offset()
-    for seg in old:
-        if seg.size and not new.base_offset <= seg.base_offset < max(
-            next_offset, new.base_offset + 1
-        ):
+    new = sorted(new, key=lambda s: s.base_offset)
+    if not new:
+        raise StorageError("replace_segments needs at least one new segment")
+    for seg in new:
+        if seg.temp_suffix != CLEANED_SUFFIX:
+            raise StorageError(f"replace_segments needs {CLEANED_SUFFIX} segments, got {seg}")
+    spans = [(s.base_offset, s.next_offset()) for s in new]
+    for (a_base, a_next), (b_base, _) in pairwise(spans):
+        if max(a_next, a_base + 1) > b_base:
             raise StorageError(
-                f"cleaned segment {new.log_path} covers offsets [{new.base_offset}, {next_offset})"
-                f" but replaces {seg.log_path}; a crash could resurrect it"
+                f"new segments overlap: [{a_base}, {a_next}) reaches segment {b_base}"
             )
-    new.change_suffix(SWAP_SUFFIX)
+    for seg in old:
+        if seg.size and not any(b <= seg.base_offset < max(n, b + 1) for b, n in spans):
+            covers = ", ".join(f"[{b}, {n})" for b, n in spans)
+            raise StorageError(
+                f"cleaned segments cover offsets {covers} but replace {seg.log_path};"
+                " a crash could resurrect it"
+            )
+    directory = new[0].directory
+    for seg in reversed(new):
+        seg.change_suffix(SWAP_SUFFIX)
     fsync_dir(directory)
+    bases = {s.base_offset for s in new}
     doomed: list[LogSegment] = []
     for seg in old:
         seg.change_suffix(DELETED_SUFFIX)
         doomed.append(seg)
-        if seg.base_offset != new.base_offset:
+        if seg.base_offset not in bases:
             snap = segment_file(directory, seg.base_offset, SNAPSHOT_SUFFIX)
             if snap.exists():
                 os.replace(snap, snap.with_name(snap.name + DELETED_SUFFIX))
-    new.change_suffix("")
+    for seg in new:
+        seg.change_suffix("")
     fsync_dir(directory)
     for seg in doomed:
         seg.delete()

@@ -1,7 +1,9 @@
 """Crash safety of a clean (Kafka test 39, testRecoveryAfterCrash, and more).
 
 A forked child runs ``Cleaner.clean`` and SIGKILLs itself at one step: at each rename of the swap
-protocol (``os.replace``), or at a chunk boundary of either pass. The parent then reopens the log
+protocol (``os.replace``), or at a chunk boundary of either pass; with a roll size small enough,
+each group's output rolls into several segments and every swap replaces N segments by M
+(KAFKA-20036). The parent then reopens the log
 (recovery runs) and checks it holds either the old content or the cleaned content, complete: every
 record that must survive is there, nothing half-swapped is left behind.
 """
@@ -17,6 +19,8 @@ from typing import Any
 import pytest
 
 from cleanerd.compaction import Cleaner
+from cleanerd.compaction._cleaned import _writer as writer_mod
+from cleanerd.format import INT_MAX
 from cleanerd.inspect._verify import verify_partition
 from cleanerd.storage import PartitionLog
 from tests.support.cleaning import (
@@ -45,12 +49,15 @@ def _contents(log: PartitionLog) -> dict[int, tuple[bytes | None, bytes | None]]
     return {o: (r.key, r.value) for o, r in data_records(log).items()}
 
 
-def _run_and_kill(directory: Path, arm: Callable[[Callable[[], None]], None]) -> bool:
+def _run_and_kill(
+    directory: Path, arm: Callable[[Callable[[], None]], None], roll_bytes: int
+) -> bool:
     """Clean in a forked child that ``arm`` makes kill itself; True if it was killed."""
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         code = 3
         try:
+            writer_mod.MAX_SEGMENT_BYTES = roll_bytes
             arm(lambda: os.kill(os.getpid(), signal.SIGKILL))
             log = PartitionLog(directory, clock=lambda: 0)
             plan = make_plan(log, 0, log.active_segment.base_offset)
@@ -101,8 +108,12 @@ def _arm_chunk(n: int) -> Callable[[Callable[[], None]], None]:
     return arm
 
 
-def _expected_after_clean(tmp_path: Path) -> dict[int, tuple[bytes | None, bytes | None]]:
+def _expected_after_clean(
+    tmp_path: Path, roll_bytes: int
+) -> tuple[dict[int, tuple[bytes | None, bytes | None]], int]:
+    """The cleaned contents, and how many segments the clean left."""
     log = _build(tmp_path / "reference")
+    writer_mod.MAX_SEGMENT_BYTES = roll_bytes
     Cleaner(offset_map()).clean(
         log,
         make_plan(log, 0, log.active_segment.base_offset),
@@ -110,13 +121,20 @@ def _expected_after_clean(tmp_path: Path) -> dict[int, tuple[bytes | None, bytes
         OFFSET,
         LARGE_TS,
     )
-    return _contents(log)
+    return _contents(log), len(log.segments)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rename", "chunk"])
-def test_recovery_after_crash(tmp_path: Path, kind: str) -> None:
-    cleaned = _expected_after_clean(tmp_path)
+@pytest.mark.parametrize("roll_bytes", [INT_MAX, 150])
+def test_recovery_after_crash(
+    tmp_path: Path, kind: str, roll_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(writer_mod, "MAX_SEGMENT_BYTES", writer_mod.MAX_SEGMENT_BYTES)
+    cleaned, count = _expected_after_clean(tmp_path, roll_bytes)
+    if roll_bytes < INT_MAX:
+        _, plain = _expected_after_clean(tmp_path / "plain", INT_MAX)
+        assert count > plain  # the groups' outputs rolled
     killed_any = False
     for n in range(1, 200):
         directory = tmp_path / f"{kind}-{n}"
@@ -125,7 +143,7 @@ def test_recovery_after_crash(tmp_path: Path, kind: str) -> None:
         assert cleaned != before
         log.close()
         arm = _arm_rename(n) if kind == "rename" else _arm_chunk(n)
-        if not _run_and_kill(log.directory, arm):
+        if not _run_and_kill(log.directory, arm, roll_bytes):
             break  # the clean finished before step n: every step has been tried
         killed_any = True
         reopened = PartitionLog(log.directory)

@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from cleanerd.cli import cli
 from cleanerd.compaction import compact_directory
-from cleanerd.format import Record
+from cleanerd.compaction._cleaned import _writer as writer_mod
+from cleanerd.format import INT_MAX, Record
 from cleanerd.snapshot import create_snapshot
 from cleanerd.spark._compact import Options, PartitionJob, Plan, compact_on_spark
 from cleanerd.spark._distributed_pass import BEFORE_WRITE_CONF, SMALL_PASS_CONF
@@ -161,6 +162,40 @@ def test_plans_a_and_b_match_the_local_engine_byte_for_byte(
             assert mine[key] == summary[key], key
         assert mine["markers_removed"] == summary["markers_removed"]
         assert mine["aborted_records_removed"] == summary["aborted_records_removed"]
+
+
+# --- a group's output that rolls into several segments (KAFKA-20036) ----------------------------
+@pytest.mark.parametrize("small", ["1", "4096"])  # winners by a shuffle, or collected
+def test_plan_b_rolls_a_groups_output_where_the_local_engine_does(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small: str
+) -> None:
+    """Plan B's write tasks roll at the driver's roll size (shipped in the job), stage every
+    segment of a group and swap them in together: the files are the local engine's. (Plan A
+    runs the local cleaner itself on an executor, at the executor's roll size: the limit this
+    test lowers in the driver does not reach it.)"""
+    spec: dict[str, Any] = {"records": 3000, "keys": 2000, "records_per_batch": 10}
+    spec |= {"tombstone_ratio": 0.1, "transactional_producers": 1, "abort_ratio": 0.3}
+    spec |= {"codec": "zstd", "segment_bytes": 20_000}
+    logdir = make_log(tmp_path, **spec)
+    local, plan_b = on_copy(logdir, "local"), on_copy(logdir, "plan-b")
+    jobs = jobs_of(logdir, "offset", 0, spec["segment_bytes"])
+    monkeypatch.setattr(writer_mod, "MAX_SEGMENT_BYTES", 4_000)
+    compact_locally(local, relocated(jobs, local))
+    (part,) = [p for p in local.iterdir() if p.is_dir()]
+    unrolled = on_copy(logdir, "unrolled")
+    spark.conf.set(SMALL_PASS_CONF, small)
+    try:
+        (got,) = compact_on_spark(spark, relocated(jobs, plan_b), Options(NOW, TINY))
+    finally:
+        spark.conf.unset(SMALL_PASS_CONF)
+    assert got.plan is Plan.B
+    assert got.error is None, got.error
+    assert tree(plan_b) == tree(local)
+    monkeypatch.setattr(writer_mod, "MAX_SEGMENT_BYTES", INT_MAX)
+    compact_locally(unrolled, relocated(jobs, unrolled))
+    rolled_logs = len(list(part.glob("*.log")))
+    plain_logs = len(list((unrolled / part.name).glob("*.log")))
+    assert rolled_logs > plain_logs  # the groups' outputs did roll
 
 
 # --- a failed plan B job changes nothing -------------------------------------------------------

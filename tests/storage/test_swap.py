@@ -33,25 +33,34 @@ def _build(directory: Path) -> PartitionLog:
     return log
 
 
-def _cleaned_copy(log: PartitionLog, n: int) -> tuple[LogSegment, list[LogSegment]]:
-    """A .cleaned segment replacing the first n segments, keeping each key's newest record
-    among them plus the last record (so the offset range is covered, as the cleaner does)."""
+def _cleaned_copy(
+    log: PartitionLog, n: int, parts: int = 1
+) -> tuple[list[LogSegment], list[LogSegment]]:
+    """.cleaned segments replacing the first n segments, keeping each key's newest record
+    among them plus the last record (so the offset range is covered, as the cleaner does),
+    in ``parts`` segments (a rolled output, KAFKA-20036): the first at the old base, each
+    other at its first record's offset."""
     old = log.segments[:n]
     records = [r for seg in old for b in seg_batches(log, seg) for r in b.records()]
     newest: dict[bytes | None, Record] = {}
     for r in records:
         newest[r.key] = r
     keep = sorted({*newest.values(), records[-1]}, key=lambda r: r.offset)
-    new = LogSegment.create(log.directory, old[0].base_offset, CONFIG, temp_suffix=CLEANED_SUFFIX)
-    for r in keep:
-        data = build_batch([r], partition_leader_epoch=0)
-        new.append(
-            data,
-            largest_offset=r.offset,
-            largest_timestamp=r.timestamp,
-            offset_of_max_timestamp=r.offset,
-        )
-    new.on_become_inactive()
+    step = -(-len(keep) // parts)
+    new = []
+    for i in range(0, len(keep), step):
+        base = old[0].base_offset if i == 0 else keep[i].offset
+        seg = LogSegment.create(log.directory, base, CONFIG, temp_suffix=CLEANED_SUFFIX)
+        for r in keep[i : i + step]:
+            data = build_batch([r], partition_leader_epoch=0)
+            seg.append(
+                data,
+                largest_offset=r.offset,
+                largest_timestamp=r.timestamp,
+                offset_of_max_timestamp=r.offset,
+            )
+        seg.on_become_inactive()
+        new.append(seg)
     return new, old
 
 
@@ -75,9 +84,9 @@ class _Crash(Exception):
 _REAL_REPLACE = os.replace
 
 
-def _count_renames(tmp_path: Path) -> int:
+def _count_renames(tmp_path: Path, parts: int) -> int:
     log = _build(tmp_path / "count-0")
-    new, old = _cleaned_copy(log, 3)
+    new, old = _cleaned_copy(log, 3, parts)
     calls = 0
     real = os.replace
 
@@ -114,18 +123,21 @@ def test_replace_segments_swaps_in_cleaned_data(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_every_crash_point_recovers_old_or_new(tmp_path: Path) -> None:
+@pytest.mark.parametrize("parts", [1, 3])
+def test_every_crash_point_recovers_old_or_new(tmp_path: Path, parts: int) -> None:
     """Crash after k renames for every k; reopening must give exactly the old log or the new one.
 
     This walks Kafka's six crash points of testRecoveryAfterCrash ((1) .cleaned only, (2) some
     .swap some .cleaned, (3) all .swap with old files, (4) .swap plus old .deleted, (5) some
-    .swap already renamed, (6) .deleted pending) and every state between them.
+    .swap already renamed, (6) .deleted pending) and every state between them, for three old
+    segments replaced by one new segment and by three (a rolled output, KAFKA-20036).
     """
-    total = _count_renames(tmp_path)
-    assert total >= 8
+    total = _count_renames(tmp_path, parts)
+    assert total >= 8 * parts
     reference = _build(tmp_path / "ref-0")
     old_contents = [(r.offset, r.key, r.value) for r in reference.records()]
-    new, old = _cleaned_copy(reference, 3)
+    new, old = _cleaned_copy(reference, 3, parts)
+    assert len(new) == parts
     reference.replace_segments(new, old)
     new_contents = _contents(reference.directory)
     assert new_contents != old_contents
@@ -133,7 +145,7 @@ def test_every_crash_point_recovers_old_or_new(tmp_path: Path) -> None:
     for crash_after in range(total + 1):
         directory = tmp_path / f"crash{crash_after}-0"
         log = _build(directory)
-        new, old = _cleaned_copy(log, 3)
+        new, old = _cleaned_copy(log, 3, parts)
         calls = 0
 
         def crashing(a: object, b: object, limit: int = crash_after) -> None:
@@ -200,8 +212,8 @@ def test_replace_refuses_a_cleaned_segment_that_does_not_cover_old_ones(tmp_path
         offset_of_max_timestamp=0,
     )
     new.on_become_inactive()
-    with pytest.raises(StorageError, match="covers offsets"):
-        log.replace_segments(new, old)
+    with pytest.raises(StorageError, match="cover offsets"):
+        log.replace_segments([new], old)
     assert len(log.segments) >= 4  # nothing was renamed
 
 
@@ -211,4 +223,4 @@ def test_active_segment_is_never_replaced(tmp_path: Path) -> None:
         log.directory, log.active_segment.base_offset, CONFIG, temp_suffix=CLEANED_SUFFIX
     )
     with pytest.raises(StorageError, match="active segment"):
-        log.replace_segments(new, [log.active_segment])
+        log.replace_segments([new], [log.active_segment])

@@ -304,7 +304,7 @@ def test_a_crash_inside_recovery_still_recovers(part: Path, tmp_path: Path) -> N
         log = PartitionLog(crashed, CONFIG)
         new, old = _cleaned_copy(log, 3)
         with _crash_after(swap_step, unlinks=False), contextlib.suppress(_Crash):
-            log.replace_segments(new, old)
+            log.replace_segments([new], old)
         finished = not swap.leftover_temp_files(crashed)
         for recovery_step in range(20):
             state = tmp_path / f"s{swap_step}-r{recovery_step}" / "t-0"

@@ -24,7 +24,7 @@ def ship(spark: Any) -> None:
 
 
 def fail_group_1(group: int, staging: Path) -> None:
-    """Group 1's write task fails after it started writing (its ``.cleaned`` segment exists)."""
+    """Group 1's write task fails as it starts writing its ``.cleaned`` segments."""
     if group == 1:
         raise RuntimeError(f"injected failure writing group {group}")
 

@@ -1,8 +1,9 @@
 """Pass 2 over one group of segments: Kafka's ``cleanInto``, written once.
 
 ``Cleaner`` and Spark's plan B (through ``compaction._external``) both filter a group into its
-``.cleaned`` segment with ``write_group``, so their bytes cannot differ. ``group_chunks`` gives
-pass 2 its chunks, from pass 1's record cache when it holds a segment whole.
+``.cleaned`` segments with ``write_group``, so their bytes cannot differ. The output is one
+segment, or several when it rolls (KAFKA-20036, ``_writer``). ``group_chunks`` gives pass 2 its
+chunks, from pass 1's record cache when it holds a segment whole.
 """
 
 from __future__ import annotations
@@ -11,14 +12,21 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
-from cleanerd.compaction._cleaned._writer import CleanedSegmentWriter
+from cleanerd.compaction._cleaned._writer import CleanedOutput, CleanedSegmentWriter
 from cleanerd.compaction._filter import PassContext, decide_chunk
 from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
 from cleanerd.format import I64, U8, kernels as k
-from cleanerd.storage import LogSegment, chunk_bytes, collect_aborted, iter_chunks, release
+from cleanerd.storage import (
+    AbortedTxn,
+    LogSegment,
+    chunk_bytes,
+    collect_aborted,
+    iter_chunks,
+    release,
+)
 
 CACHED_CHUNKS = 4
 """Pass 2 decides the batches pass 1 cached this many chunks (``CHUNK_BYTES``) at a time."""
@@ -91,21 +99,28 @@ def add_segment_aborted(
 def write_group(
     segments: Sequence[LogSegment],
     group: Sequence[LogSegment],
-    cleaned: LogSegment,
+    output: CleanedOutput,
     ctx: PassContext,
     meta: CleanedTransactionMetadata,
     stats: CleanerStats,
     on_chunk: Callable[[int], None] = lambda size: None,
     cache: RecordCache | None = None,
     throttler: Throttler | None = None,
+    max_bytes: int | None = None,
 ) -> int:
-    """Kafka's ``cleanInto`` for a group: filter it into the empty segment ``cleaned``, flush
-    it and give it the group's last mtime, which is returned for the swap. ``meta`` is the
-    pass's transaction state at the group's start; the cleaner and Spark's plan B both call
-    this, so their bytes cannot differ."""
-    meta.output_txn_index = cleaned.txn_index
+    """Kafka's ``cleanInto`` for a group: filter it into ``output``'s ``.cleaned`` segments (the
+    first at the group's base offset, more when the output rolls), flush them and give them the
+    group's last mtime, which is returned for the swap. ``meta`` is the pass's transaction state
+    at the group's start; ``max_bytes``: the roll size (``_writer.MAX_SEGMENT_BYTES`` by default).
+    The cleaner and Spark's plan B both call this, so their bytes cannot differ.
+
+    The ABORT markers' ``.txnindex`` entries are held until their chunk is written, then go to
+    the segment that received the marker (the follow-up to KAFKA-20036, apache/kafka#23301, does
+    the same: a chunk is decided once, never filtered again for a new segment)."""
+    staged: list[AbortedTxn] = []
+    meta.output_txn_index = staged
     try:
-        writer = CleanedSegmentWriter(cleaned, stats, throttler)
+        writer = CleanedSegmentWriter(output, group[0].base_offset, stats, throttler, max_bytes)
         for i, seg in enumerate(group):
             add_segment_aborted(meta, segments, group, i)
             arr = seg.view()
@@ -114,10 +129,11 @@ def write_group(
                 on_chunk(int(batches[:, k.B_SIZE].sum()))
                 decision = decide_chunk(ctx, meta, arr, batches, path, stats, cache, first)
                 writer.write(arr, decision)
-        writer.flush()
-        cleaned.on_become_inactive()
+                writer.index_aborted(staged)
+        writer.finish()
         mtime_ns = group[-1].log_path.stat().st_mtime_ns
-        cleaned.set_last_modified(mtime_ns)
+        for cleaned in output.segments:
+            cleaned.set_last_modified(mtime_ns)
         return mtime_ns
     finally:
         meta.output_txn_index = None

@@ -1,4 +1,4 @@
-"""Writing what pass 2 keeps into the ``.cleaned`` segment (docs/kafka-format.md §4.11, §4.12).
+"""Writing what pass 2 keeps into ``.cleaned`` segments (docs/kafka-format.md §4.8, §4.11, §4.12).
 
 COPY batches are the source segment's bytes as they are; REBUILD batches are re-encoded with
 their kept records (``_rebuild``: same base and last offset, producer fields, codec at its default
@@ -7,11 +7,19 @@ level, timestamp type, leader epoch; the delete horizon stamped or carried); EMP
 ``APPEND_BYTES`` (``append_groups``), each one ``LogSegment.append`` (which adds index entries as
 Kafka's does): an append that lies end to end in one source goes out as a slice of it, any other
 is gathered by a kernel. No per-batch Python loop runs, so workers on other threads keep the GIL.
+
+A group's output rolls into a new ``.cleaned`` segment when the next batch would not fit the
+current one (KAFKA-20036, kafka-format.md §4.8): its ``.log`` would pass ``MAX_SEGMENT_BYTES``
+(Kafka's int32 file size), or its last offset would not fit the indexes' 32-bit relative offsets,
+or (checked per append) the append would add an entry to a full ``.index`` or ``.timeindex``.
+The new segment's base offset is the first offset of the batch that did not fit; ``fitting``
+finds that batch in one kernel call per chunk.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,14 +35,26 @@ from cleanerd.format import (
     ATTR_TIMESTAMP_TYPE,
     ATTR_TRANSACTIONAL,
     I64,
+    INT_MAX,
     U8,
     build_empty_batch,
     kernels as k,
 )
-from cleanerd.storage import LogSegment
+from cleanerd.storage import CLEANED_SUFFIX, AbortedTxn, LogSegment
 
 APPEND_BYTES = 256 << 10
 """Target size of one append to the cleaned segment (Kafka appends one write buffer at a time)."""
+
+MAX_SEGMENT_BYTES = INT_MAX
+"""A cleaned ``.log`` never grows past this (Kafka's ``FileRecords`` size is an int32): the
+batch that would take it past rolls the output into a new segment (KAFKA-20036)."""
+
+
+def max_segment_bytes() -> int:
+    """The roll size now (``MAX_SEGMENT_BYTES``): a driver reads it once and hands it to the
+    write tasks of other processes, so they roll where this process would."""
+    return MAX_SEGMENT_BYTES
+
 
 NO_TIMESTAMP = -1
 Arr = npt.NDArray[Any]
@@ -86,20 +106,68 @@ def gather(
         i += 1
 
 
+@njit(cache=True, nogil=True)
+def fitting(size: Arr, last: Arr, lo: int, used: int, base: int, max_bytes: int) -> int:
+    """The first batch from ``lo`` that would not fit a segment at ``base`` already holding
+    ``used`` bytes: its bytes would pass ``max_bytes`` or its last offset the 32-bit relative
+    range. ``size.shape[0]`` when every batch fits."""
+    i = lo
+    while i < size.shape[0]:
+        if used + size[i] > max_bytes or last[i] - base > INT_MAX:
+            return i
+        used += size[i]
+        i += 1
+    return i
+
+
+@dataclass
+class CleanedOutput:
+    """The ``.cleaned`` segments one group is written into, in offset order: one, or several
+    when the output rolls (KAFKA-20036). ``make`` creates an empty one at a base offset."""
+
+    make: Callable[[int], LogSegment]
+    segments: list[LogSegment] = field(default_factory=list)
+
+    def new(self, base_offset: int) -> LogSegment:
+        seg = self.make(base_offset)
+        self.segments.append(seg)
+        return seg
+
+    def close(self) -> None:
+        for seg in self.segments:
+            seg.close()
+
+    def delete(self) -> None:
+        """Remove the segments not swapped in yet (those still ``.cleaned``)."""
+        for seg in self.segments:
+            if seg.temp_suffix == CLEANED_SUFFIX:
+                seg.delete()
+
+
 class CleanedSegmentWriter:
-    """Appends retained batches to one ``.cleaned`` segment, a piece at a time."""
+    """Appends retained batches to a group's ``.cleaned`` segments, a piece at a time, rolling
+    into a new segment when the next batch does not fit (see the module doc)."""
 
     def __init__(
-        self, segment: LogSegment, stats: CleanerStats, throttler: Throttler | None = None
+        self,
+        output: CleanedOutput,
+        base_offset: int,
+        stats: CleanerStats,
+        throttler: Throttler | None = None,
+        max_bytes: int | None = None,
     ) -> None:
-        self.segment = segment
+        self.output = output
+        self.segment = output.new(base_offset)
         self.stats = stats
         self.throttler = throttler
+        self.max_bytes = MAX_SEGMENT_BYTES if max_bytes is None else max_bytes
         self._buf = bytearray()
+        self._first = -1  # base offset of the first batch queued in _buf
         self._reset()
 
     def _reset(self) -> None:
         self._buf.clear()
+        self._first = -1
         self._largest = -1
         self._max_ts = NO_TIMESTAMP
         self._max_ts_offset = -1
@@ -107,13 +175,42 @@ class CleanedSegmentWriter:
     def flush(self) -> None:
         """Append what is queued."""
         if self._buf:
-            self._append(self._buf, self._largest, self._max_ts, self._max_ts_offset)
+            self._append(self._buf, self._first, self._largest, self._max_ts, self._max_ts_offset)
             self._reset()
 
+    def finish(self) -> None:
+        """Append what is queued and close the last segment's indexes, as a roll does."""
+        self.flush()
+        self.segment.on_become_inactive()
+
+    def _roll(self, base_offset: int) -> None:
+        """Close the current segment (Kafka's ``onBecomeInactiveSegment``, flushed) and go on
+        in a new one at ``base_offset``; the caller has appended what belongs to the old one."""
+        self.segment.on_become_inactive()
+        self.segment = self.output.new(base_offset)
+
+    def index_aborted(self, txns: list[AbortedTxn]) -> None:
+        """The ``.txnindex`` entries of the ABORT markers a chunk kept, each into the segment
+        that holds its marker (the last one based at or below the marker's offset)."""
+        segments = self.output.segments
+        for txn in txns:
+            i = len(segments) - 1
+            while i > 0 and segments[i].base_offset > txn.last_offset:
+                i -= 1
+            segments[i].txn_index.append(txn)
+        txns.clear()
+
     def _append(
-        self, data: bytes | bytearray | memoryview, largest: int, max_ts: int, ts_offset: int
+        self,
+        data: bytes | bytearray | memoryview,
+        first: int,
+        largest: int,
+        max_ts: int,
+        ts_offset: int,
     ) -> None:
         size = len(data)
+        if self.segment.size and self.segment.index_entry_blocked():
+            self._roll(first)  # Kafka's append to a full index would fail
         self.segment.append(
             data,
             largest_offset=largest,
@@ -157,7 +254,15 @@ class CleanedSegmentWriter:
             emptied = np.frombuffer(b"".join(_empty_batch(b[i]) for i in out[em]), np.uint8)
             which[em], pos[em], size[em] = 2, np.arange(em.size) * k.HEADER_SIZE, k.HEADER_SIZE
         self._put(
-            _Pieces((arr, rebuilt, emptied), which, pos, size, max_ts, rows[:, k.B_LAST_OFFSET])
+            _Pieces(
+                (arr, rebuilt, emptied),
+                which,
+                pos,
+                size,
+                max_ts,
+                rows[:, k.B_BASE_OFFSET],
+                rows[:, k.B_LAST_OFFSET],
+            )
         )
         copy = actions == Action.COPY
         written = copy | (actions == Action.REBUILD)
@@ -165,22 +270,43 @@ class CleanedSegmentWriter:
         self.stats.add(batches_copied=int(copy.sum()), batches_rebuilt=int(out.size - copy.sum()))
 
     def _put(self, p: _Pieces) -> None:
-        """Append the batches in groups of about ``APPEND_BYTES``; the last group stays queued."""
+        """Append the batches, rolling before each one that does not fit the segment."""
         n = int(p.size.shape[0])
         lo = 0
-        for hi in [*append_groups(p.size, len(self._buf), APPEND_BYTES).tolist(), None]:
+        while lo < n:
+            used = self.segment.size + len(self._buf)
+            base = self.segment.base_offset
+            hi = int(fitting(p.size, p.last, lo, used, base, self.max_bytes))
+            if hi == lo:
+                if used == 0 and int(p.last[lo]) - base <= INT_MAX:
+                    hi = lo + 1  # an empty segment takes any one batch its indexes can hold
+                else:
+                    self.flush()
+                    self._roll(int(p.first[lo]))
+                    continue
+            self._put_fitting(p, lo, hi)
+            lo = hi
+
+    def _put_fitting(self, p: _Pieces, lo0: int, n: int) -> None:
+        """Batches ``lo0..n-1`` in appends of about ``APPEND_BYTES``; the last stays queued."""
+        lo = lo0
+        ends = append_groups(p.size[lo0:n], len(self._buf), APPEND_BYTES) + lo0
+        for hi in [*ends.tolist(), None]:
             end = n if hi is None else hi
             if end > lo:
                 data = p.bytes(lo, end)
                 top = lo + int(np.argmax(p.max_ts[lo:end]))
-                largest, mts, mts_offset = (
+                first, largest, mts, mts_offset = (
+                    int(p.first[lo]),
                     int(p.last[end - 1]),
                     int(p.max_ts[top]),
                     int(p.last[top]),
                 )
                 if hi is not None and not self._buf:
-                    self._append(data, largest, mts, mts_offset)  # whole: no copy into the queue
+                    self._append(data, first, largest, mts, mts_offset)  # whole: no copy
                 else:
+                    if not self._buf:
+                        self._first = first
                     self._buf += data
                     self._largest = max(self._largest, largest)
                     if mts > self._max_ts or self._max_ts_offset < 0:
@@ -199,6 +325,7 @@ class _Pieces:
     pos: I64
     size: I64
     max_ts: I64
+    first: I64
     last: I64
 
     def bytes(self, lo: int, hi: int) -> memoryview:
