@@ -112,8 +112,10 @@ def test_zstd_frame_is_zstd_jnis_stream(name: str) -> None:
     frame = compress(Compression.ZSTD, data)
     blocks = _zstd_blocks(frame)
     # the data in non-last blocks (flushed), then an empty raw last block (the frame's end)
-    assert all(not last for last, _, _ in blocks[:-1]) and len(blocks) >= 2
-    assert blocks[-1] == (True, 0, 0) and frame[-3:] == b"\x01\x00\x00"
+    assert len(blocks) >= 2
+    assert all(not last for last, _, _ in blocks[:-1])
+    assert blocks[-1] == (True, 0, 0)
+    assert frame[-3:] == b"\x01\x00\x00"
     assert all(size <= 128 * 1024 for _, _, size in blocks)
     zstd = require("zstd")
     out = subprocess.run([zstd, "-d", "-c", "-q"], input=frame, capture_output=True, check=True)
@@ -238,9 +240,7 @@ def test_bytes_equal_the_jvm_libraries(jvm: Any, name: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("codec", ["zstd", "snappy"])
-def test_compacted_batches_are_what_kafka_would_write(
-    jvm: Any, tmp_path: Path, codec: str
-) -> None:
+def test_compacted_batches_are_what_kafka_would_write(jvm: Any, tmp_path: Path, codec: str) -> None:
     """``cleanerd compact`` rebuilds the batches it keeps part of; each compressed payload of
     the cleaned log is what Kafka's library writes for the same records (docs/kafka-format.md
     §2.5): every writer of compressed batches goes through the one codec home."""
