@@ -83,8 +83,8 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
-def _cramjam_raw(data: bytes, start: int, stop: int) -> bytes:
-    return bytes(cramjam.snappy.compress_raw(data[start:stop]))
+def _cramjam_raw(block: bytes) -> bytes:
+    return bytes(cramjam.snappy.compress_raw(block))
 
 
 def _xerial_encode(data: bytes) -> bytes:
@@ -92,10 +92,10 @@ def _xerial_encode(data: bytes) -> bytes:
     block size; Kafka's ``SnappyCompression`` keeps it, and flushes only on close) as one raw
     block after its int32 BE length."""
     raw = raw_compressor() or _cramjam_raw
-    data = bytes(data)  # the C library reads the bytes object's own buffer
+    data = bytes(data)
     parts = [_XERIAL_HEADER]
     for i in range(0, len(data), _XERIAL_BLOCK):
-        block = raw(data, i, min(i + _XERIAL_BLOCK, len(data)))
+        block = raw(data[i : i + _XERIAL_BLOCK])  # a batch of one block: no copy
         parts.append(struct.pack(">i", len(block)))
         parts.append(block)
     return b"".join(parts)

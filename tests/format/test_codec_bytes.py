@@ -12,6 +12,7 @@ Oracles, none of them cleanerd's own code:
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import os
 import random
@@ -21,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import cramjam
 import pytest
 import zstandard
 
@@ -274,3 +276,17 @@ def test_compacted_batches_are_what_kafka_would_write(jvm: Any, tmp_path: Path, 
             assert payload == _written_through(jvm, writers[codec], records), segment.name
             rebuilt += h.records_count < h.last_offset - h.base_offset + 1
     assert rebuilt > 10  # the cleaner did rewrite batches, not only copy them
+
+
+@pytest.mark.slow
+def test_snappy_probe_is_snappy_javas(jvm: Any) -> None:
+    """The probe that admits a libsnappy holds snappy-java's own block for its input."""
+    from cleanerd.format import _snappy  # noqa: PLC0415 (its private probe)
+
+    block = bytes(jvm.org.xerial.snappy.Snappy.compress(_snappy._PROBE))
+    assert hashlib.sha256(block).hexdigest() == _snappy._PROBE_SHA256
+    assert bytes(cramjam.snappy.compress_raw(_snappy._PROBE)) != block  # it tells them apart
+    raw = _snappy.raw_compressor()
+    assert raw is not None
+    for data in (SAMPLES["1.3MB"][:100_000], SAMPLES["small"]):  # past the held buffer, within
+        assert raw(data) == bytes(jvm.org.xerial.snappy.Snappy.compress(data))
