@@ -241,7 +241,7 @@ def test_bytes_equal_the_jvm_libraries(jvm: Any, name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("codec", ["zstd", "snappy"])
+@pytest.mark.parametrize("codec", [Compression.ZSTD.label, Compression.SNAPPY.label])
 def test_compacted_batches_are_what_kafka_would_write(jvm: Any, tmp_path: Path, codec: str) -> None:
     """``cleanerd compact`` rebuilds the batches it keeps part of; each compressed payload of
     the cleaned log is what Kafka's library writes for the same records (docs/kafka-format.md
