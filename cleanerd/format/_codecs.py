@@ -3,8 +3,11 @@
 snappy is written in xerial framing (what Kafka's Java producer writes) and read in both xerial
 and raw form; lz4 is an LZ4 frame with independent 64 KiB blocks (Kafka rejects linked blocks);
 gzip and zstd are standard streams. Rebuilt batches use each codec's default level, as Kafka's
-cleaner does. gzip is written byte for byte as Java's ``GZIPOutputStream`` (JDK 16+) writes it,
-so a rebuilt gzip batch gets the CRC Kafka's own cleaner would give it.
+cleaner does. Every codec writes the bytes Kafka's own writer writes (§2.5), so a rebuilt batch
+gets the CRC Kafka's own cleaner would give it: gzip as Java's ``GZIPOutputStream`` (JDK 16+),
+snappy with C++ snappy 1.1.x as snappy-java (``_snappy``; cramjam where that library is
+missing), lz4 as ``Lz4BlockOutputStream``, zstd as zstd-jni's stream (libzstd 1.5.6, the
+version zstandard 0.23 bundles and zstd-jni 1.5.6-x wraps).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import zstandard
 
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._limits import MAX_DECOMPRESSED_BYTES
+from cleanerd.format._snappy import raw_compressor
 
 
 class Compression(enum.IntEnum):
@@ -79,13 +83,37 @@ def _zstd_decompressor() -> zstandard.ZstdDecompressor:
     return d
 
 
+def _cramjam_raw(block: bytes) -> bytes:
+    return bytes(cramjam.snappy.compress_raw(block))
+
+
 def _xerial_encode(data: bytes) -> bytes:
+    """snappy-java's ``SnappyOutputStream``: the header, then each 32 KiB of input (its default
+    block size; Kafka's ``SnappyCompression`` keeps it, and flushes only on close) as one raw
+    block after its int32 BE length."""
+    raw = raw_compressor() or _cramjam_raw
+    data = bytes(data)
     parts = [_XERIAL_HEADER]
     for i in range(0, len(data), _XERIAL_BLOCK):
-        block = bytes(cramjam.snappy.compress_raw(data[i : i + _XERIAL_BLOCK]))
+        block = raw(data[i : i + _XERIAL_BLOCK])  # a batch of one block: no copy
         parts.append(struct.pack(">i", len(block)))
         parts.append(block)
     return b"".join(parts)
+
+
+def _zstd_encode(data: bytes) -> bytes:
+    """zstd-jni's stream as Kafka's ``ZstdCompression`` drives it: records go in with
+    ``ZSTD_e_continue`` (through a 16 KiB ``BufferedOutputStream``; how the input is cut does
+    not change the output), ``close()`` flushes (``ZSTD_e_flush``: the data ends in a non-last
+    block) and then ends the frame (``ZSTD_e_end``: an empty last raw block, ``01 00 00``). The
+    size is never pledged, so the frame header declares no content size. For an empty input
+    zstd-jni writes what ``ZSTD_e_end`` alone writes (a frame declaring content size 0), so
+    that one is not flushed first."""
+    c = _zstd_compressor().compressobj()
+    out = c.compress(data)
+    if data:
+        out += c.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+    return bytes(out + c.flush(zstandard.COMPRESSOBJ_FLUSH_FINISH))
 
 
 def _gzip_encode(data: bytes) -> bytes:
@@ -116,7 +144,7 @@ def compress(codec: Compression, data: bytes) -> bytes:
             )
         )
     if codec == Compression.ZSTD:
-        return bytes(_zstd_compressor().compress(data))
+        return _zstd_encode(data)
     raise ValueError(f"unknown codec {codec}")
 
 

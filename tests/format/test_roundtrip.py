@@ -602,9 +602,12 @@ def test_gzip_and_zstd_are_standard_streams() -> None:
     zs = compress(Compression.ZSTD, data)
     assert zs[:4] == b"\x28\xb5\x2f\xfd"
     assert zstandard.ZstdDecompressor().decompressobj().decompress(zs) == data
-    # a zstd frame written without a content size (streaming, as zstd-jni does) also decodes
-    streamed = zstandard.ZstdCompressor(level=3, write_content_size=False).compress(data)
-    assert decompress(Compression.ZSTD, streamed) == data
+    # a one-shot frame declaring its content size (other writers' way; zstd-jni's stream never
+    # declares it) also decodes
+    one_shot = zstandard.ZstdCompressor(level=3).compress(data)
+    assert zstandard.frame_content_size(one_shot) == len(data)
+    assert zstandard.frame_content_size(zs) == -1
+    assert decompress(Compression.ZSTD, one_shot) == data
     assert compress(Compression.NONE, data) == data
 
 

@@ -91,6 +91,7 @@ def test_the_test_command_installs_the_packages_of_missing_programs(tmp_path: Pa
         (bin_dir / name).symlink_to(found)
     # Debian's own python3: no ensurepip until python3-venv is installed
     _script(bin_dir / "python3", 'if [ "$2" = "import ensurepip" ]; then exit 1; fi')
+    _script(bin_dir / "ldconfig", "true")  # no shared library listed: libsnappy.so.1 missing
 
     result = _packages_step(bin_dir)
     assert result.returncode == 0, result.stderr
@@ -105,6 +106,8 @@ def test_the_test_command_installs_the_packages_of_missing_programs(tmp_path: Pa
         if not (bin_dir / program).exists():
             _script(bin_dir / program, "true")
     _script(bin_dir / "python3", "true")  # python3-venv installed: ensurepip imports
+    listed = [f"\\t{name} (libc6,x86-64) => /usr/lib/{name}" for name in debian_packages()]
+    _script(bin_dir / "ldconfig", "\n".join(f'echo -e "{line}"' for line in listed))
     calls.unlink()
     again = _packages_step(bin_dir)
     assert again.returncode == 0, again.stderr
