@@ -44,6 +44,12 @@ LABEL org.opencontainers.image.title="cleanerd" \
       org.opencontainers.image.documentation="deploy/container/README.md" \
       org.opencontainers.image.base.name="${BASE_IMAGE}"
 
+# libsnappy1v5: C++ snappy 1.1, the encoder whose bytes Kafka writes (docs/kafka-format.md §2.5.2);
+# without it snappy batches are written by cramjam, valid but with other bytes.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libsnappy1v5 \
+    && rm -rf /var/lib/apt/lists/*
+
 # No home: nothing of the user's may land in the log dir (a broker takes every dir there for a
 # partition), and NUMBA_CACHE_DIR below is where the only thing cleanerd caches goes. Not
 # --system: a fixed UID above 999 is outside the system range and useradd would warn about it;

@@ -32,7 +32,7 @@ import numpy as np
 from cleanerd._jitcache import temporary_cache
 from cleanerd.cli._options import format_option
 from cleanerd.compaction import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory, compile_clock
-from cleanerd.format import index_batches, scan_batches
+from cleanerd.format import index_batches, scan_batches, snappy_fallback_reason
 from cleanerd.inspect import (
     ErasureTarget,
     FileKind,
@@ -232,3 +232,5 @@ def warmup(fmt: str) -> None:
         f"({report.cache_hits} loaded from cache; {report.seconds:.1f} s in all); "
         f"cache: {report.cache_dir}, kept for later runs"
     )
+    if (why := snappy_fallback_reason()) is not None:
+        click.echo(f"warning: {why}", err=True)

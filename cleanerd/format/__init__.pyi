@@ -64,4 +64,5 @@ from ._scan import (
     as_uint8 as as_uint8,
     scan_batches as scan_batches,
 )
+from ._snappy import snappy_fallback_reason as snappy_fallback_reason
 from .layout import HEADER_SIZE as HEADER_SIZE, LOG_OVERHEAD as LOG_OVERHEAD, MAGIC_V2 as MAGIC_V2

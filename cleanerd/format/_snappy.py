@@ -82,3 +82,15 @@ def raw_compressor() -> Callable[[bytes], bytes] | None:
     if hashlib.sha256(raw(_PROBE)).hexdigest() != _PROBE_SHA256:
         return None
     return raw
+
+
+def snappy_fallback_reason() -> str | None:
+    """Why snappy batches are written with other bytes than Kafka's, or None when they are not:
+    what an operator is told once at start (the bytes are valid either way)."""
+    if raw_compressor() is not None:
+        return None
+    return (
+        f"{SONAME} (Debian package {DEBIAN_PACKAGE}, C++ snappy 1.1.x) is missing or is another "
+        "version: rebuilt snappy batches are written by cramjam, valid for every reader but not "
+        "byte-identical to Kafka's"
+    )

@@ -46,6 +46,7 @@ from typing import Any, NoReturn
 
 from cleanerd.compaction import CleaningAbortedError, Throttler
 from cleanerd.config import ConfigError, LoadedConfig, TlsError, join_listen, load_chain
+from cleanerd.format import snappy_fallback_reason
 from cleanerd.scheduling import (
     CleanerManager,
     CleaningTotals,
@@ -242,6 +243,8 @@ class Daemon:
             return
         self.kernels = KERNELS_LOADED
         self._start_workers(group)
+        if (why := snappy_fallback_reason()) is not None:
+            log.warning("snappy batches are not written with Kafka's bytes", reason=why)
         log.info(
             "kernels loaded",
             seconds=round(load.seconds, 3),

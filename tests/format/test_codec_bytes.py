@@ -26,7 +26,7 @@ import cramjam
 import pytest
 import zstandard
 
-from cleanerd.format import iter_batches
+from cleanerd.format import _snappy, iter_batches
 from cleanerd.format._codecs import Compression, compress, decompress
 from cleanerd.format._snappy import DEBIAN_PACKAGE, SONAME, raw_compressor
 from cleanerd.storage import PartitionLog
@@ -290,3 +290,13 @@ def test_snappy_probe_is_snappy_javas(jvm: Any) -> None:
     assert raw is not None
     for data in (SAMPLES["1.3MB"][:100_000], SAMPLES["small"]):  # past the held buffer, within
         assert raw(data) == bytes(jvm.org.xerial.snappy.Snappy.compress(data))
+
+
+def test_a_missing_libsnappy_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without C++ snappy 1.1 the operator is told which package writes Kafka's bytes."""
+    assert (_snappy.snappy_fallback_reason() is None) == (raw_compressor() is not None)
+    monkeypatch.setattr(_snappy, "raw_compressor", lambda: None)
+    why = _snappy.snappy_fallback_reason()
+    assert why is not None
+    assert DEBIAN_PACKAGE in why
+    assert SONAME in why
