@@ -22,10 +22,11 @@ import crc32c
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir  # type: ignore[import-untyped]
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from cleanerd._kernel import kernel
 from cleanerd.format import kernels as k
 from cleanerd.format._pointer import data_ptr
 from cleanerd.format.layout import CRC_AT, CRC_START
@@ -92,7 +93,7 @@ _INIT = np.uint64(0xFFFFFFFF)
 _CRC = struct.Struct(">I")
 
 
-@njit(cache=True)
+@kernel()
 def _tail(ptr: Any, crc: np.uint64, p: int, end: int) -> np.uint64:
     """Finish one stream: whole words, then bytes; returns the final (inverted) CRC."""
     while p + 8 <= end:
@@ -105,7 +106,7 @@ def _tail(ptr: Any, crc: np.uint64, p: int, end: int) -> np.uint64:
     return np.uint64(c) ^ _INIT
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def batch_crcs(buf: Arr, starts: Arr, ends: Arr, out: Arr) -> None:
     """CRC32C of ``buf[starts[i]:ends[i]]`` into ``out[i]``, four batches side by side."""
     n = starts.shape[0]
@@ -180,7 +181,7 @@ def first_bad_crc(arr: Arr, batches: Arr) -> int:
     return int(np.argmax(bad)) if bad.any() else -1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _store_crcs(dest: Arr, starts: Arr, crcs: Arr) -> None:
     for i in range(starts.shape[0]):
         v = np.int64(crcs[i])
