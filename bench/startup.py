@@ -19,7 +19,7 @@ ratios to that round's ``python -c pass``. With two trees, ``head_over_base`` is
 per-round ratios of the last tree to the first.
 
 Commands run as the console script does (``from cleanerd.cli import main``), not through
-``-m`` (runpy). ``imports`` counts the modules one extra run imports (``-X importtime``) and says
+``-m`` (runpy). ``imports`` counts the modules one extra run had imported at exit, and says
 whether numba's compiler was set up (``numba.np.arraymath`` loaded: it is imported only to
 compile, see ``cleanerd/_kernel.py``). Prints one JSON document on stdout, progress on stderr.
 """
@@ -46,6 +46,7 @@ from _facts import emit  # noqa: E402
 
 # the console script's body (pyproject's [project.scripts]), without runpy's import
 CONSOLE = "import sys; sys.argv[0] = 'cleanerd'; from cleanerd.cli import main; sys.exit(main())"
+MARK = "--- modules:"
 COMPILER_SET_UP = "numba.np.arraymath"  # imported by numba's registries, which only compile needs
 
 
@@ -59,7 +60,9 @@ def _env(tree: Path, cache: Path) -> dict[str, str]:
 
 
 def _cleanerd(*args: str) -> list[str]:
-    return [sys.executable, "-c", CONSOLE, *args]
+    # -P: no working dir first on sys.path (a script's own dir is its bin/), so PYTHONPATH's
+    # tree is the one imported wherever the bench runs from
+    return [sys.executable, "-P", "-c", CONSOLE, *args]
 
 
 def _prepare(tree: Path, out: Path) -> dict[str, str]:
@@ -68,6 +71,12 @@ def _prepare(tree: Path, out: Path) -> dict[str, str]:
         raise SystemExit(f"{tree} is not a checkout of cleanerd (no cleanerd/__init__.py)")
     digest = hashlib.sha256(str(tree.resolve()).encode()).hexdigest()[:12]
     env = _env(tree, out / f"startup-cache-{digest}")
+    found = subprocess.run(
+        [sys.executable, "-P", "-c", "import cleanerd; print(cleanerd.__file__)"],
+        check=True, env=env, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    if Path(found).resolve() != (tree / "cleanerd" / "__init__.py").resolve():
+        raise SystemExit(f"{tree}: the runs would import {found}, not this tree's cleanerd")
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", str(tree / "cleanerd")], check=True, env=env
     )
@@ -95,16 +104,15 @@ def _run(cmd: list[str], env: dict[str, str] | None) -> tuple[float, float]:
 
 
 def _imports(cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
+    """What one more run of ``cmd`` (a ``_cleanerd`` command) had imported when it exited."""
+    probe = f"import atexit, sys; atexit.register(lambda: print({MARK!r}, *sys.modules))\n"
     done = subprocess.run(
-        [cmd[0], "-X", "importtime", *cmd[1:]], check=False, env=env, capture_output=True, text=True
+        [*cmd[:3], probe + CONSOLE, *cmd[4:]], check=True, env=env, capture_output=True, text=True
     )
-    modules = {
-        line.rsplit("|", 1)[1].strip()
-        for line in done.stderr.splitlines()
-        if line.startswith("import time:") and line.count("|") == 2
-    }
+    modules = set(done.stdout.split(MARK, 1)[1].split())
     return {
         "modules": len(modules),
+        "cleanerd_modules": sum(m.startswith("cleanerd") for m in modules),
         "numba": "numba" in modules,
         "numba_compiler_set_up": COMPILER_SET_UP in modules,
     }
