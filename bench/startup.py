@@ -15,8 +15,9 @@ rotates from round to round, so a machine whose speed drifts (other jobs) slows 
 Each figure is the median over the rounds of the whole process: wall time, and CPU time (user +
 system, from the children's rusage), which on a loaded machine says what the code costs while
 the wall time also counts waits for a core. ``ratio_to_python`` is the median of the per-round
-ratios to that round's ``python -c pass``. With two trees, ``head_over_base`` is the median of the
-per-round ratios of the last tree to the first.
+ratios to that round's ``python -c pass``. With two trees or more, ``head_over_base`` is the
+median of the per-round ratios of the last tree to the first, and ``each_over_previous`` that of
+each tree to the one before it (a series of commits: what each step bought).
 
 Commands run as the console script does (``from cleanerd.cli import main``), not through
 ``-m`` (runpy). ``imports`` counts the modules one extra run had imported at exit, and says
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import os
 import resource
 import statistics
@@ -177,21 +179,20 @@ def main() -> None:
         else:
             results[name] = entry
     if len(trees) > 1:
-        base, head = str(trees[0]), str(trees[-1])
+        # per-round ratios, tree to tree: what each step from one tree to the next bought
         index = {(name, str(tree)): i for i, (name, tree, _) in enumerate(runs)}
-        results["head_over_base"] = {
-            name: {
-                kind: _median(
-                    [
-                        h / b
-                        for h, b in zip(
-                            series[index[(name, head)]], series[index[(name, base)]], strict=True
-                        )
-                    ]
-                )
+
+        def paired(name: str, head: Path, base: Path) -> dict[str, float]:
+            a, b = index[(name, str(head))], index[(name, str(base))]
+            return {
+                kind: _median([h / o for h, o in zip(series[a], series[b], strict=True)])
                 for kind, series in (("wall", wall), ("cpu", cpu))
             }
-            for name in commands
+
+        results["head_over_base"] = {name: paired(name, trees[-1], trees[0]) for name in commands}
+        results["each_over_previous"] = {
+            str(tree): {name: paired(name, tree, before) for name in commands}
+            for before, tree in itertools.pairwise(trees)
         }
     emit(
         "startup",

@@ -3,11 +3,11 @@
 A kernel compiles at its first call with a new signature, or loads that signature from numba's
 cache dir (``cleanerd._jitcache``; ``cleanerd warmup`` fills it). numba prepares its whole
 compiler before it loads a cached kernel: it imports and registers the implementation of every
-Python and numpy feature it can compile (about 250 modules, 0.2-0.3 s on a 2-core VM), though a
+Python and numpy feature it can compile (90 modules, 0.2-0.3 s on the 2-core dev VM), though a
 kernel loaded as machine code needs none of them. That was a third of ``cleanerd verify``'s run.
 
 So a kernel's cache here loads the cached machine code with only what running it needs: numba's
-runtime (``NRT``: the arrays a kernel allocates). Compiling is unchanged: numba's compiler
+runtime (``NRT``: the reference counts of the arrays a kernel takes or makes). Compiling is unchanged: numba's compiler
 prepares itself fully before each compilation, and a signature the cache lacks is compiled as
 before. Two things keep a light load sound:
 
