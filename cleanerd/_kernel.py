@@ -7,9 +7,9 @@ Python and numpy feature it can compile (90 modules, 0.2-0.3 s on the 2-core dev
 kernel loaded as machine code needs none of them. That was a third of ``cleanerd verify``'s run.
 
 So a kernel's cache here loads the cached machine code with only what running it needs: numba's
-runtime (``NRT``: the reference counts of the arrays a kernel takes or makes). Compiling is unchanged: numba's compiler
-prepares itself fully before each compilation, and a signature the cache lacks is compiled as
-before. Two things keep a light load sound:
+runtime (``NRT``: the reference counts of the arrays a kernel takes or makes). Compiling is
+unchanged: numba's compiler prepares itself fully before each compilation, and a signature the
+cache lacks is compiled as before. Two things keep a light load sound:
 
 - what the cached code links to is known without the registries: numba's C helpers and math
   functions are put in the symbol table when the target is made, and the runtime here; kernels
