@@ -256,7 +256,7 @@ def digest_kafka(data: mmap.mmap) -> dict[str, int]:
 def breakdown(arr: np.ndarray, repeat: int) -> dict[str, float]:
     """Best-of-``repeat`` seconds of each stage of scan_batches + index_and_hash."""
     stages: dict[str, Callable[[], Any]] = {}
-    batches, _end, _code = k.walk_batches(arr, 0, arr.shape[0])
+    batches, _end, _code = k.walk_batch_matrix(arr, 0, arr.shape[0])
     mv = arr.data
 
     def crc_kernel() -> None:  # what scan_batches and index_and_hash(check_crc=True) run
@@ -301,7 +301,7 @@ def breakdown(arr: np.ndarray, repeat: int) -> dict[str, float]:
     first_prev = int(batches[0, k.B_BASE_OFFSET]) - 1 if n_batches else 0
     fused_args = (*index_args, out, hashes, 0, n_batches, 0, first_prev)
 
-    stages["walk_batches_kernel"] = lambda: k.walk_batches(arr, 0, arr.shape[0])
+    stages["walk_batches_kernel"] = lambda: k.walk_batch_matrix(arr, 0, arr.shape[0])
     stages["scan_batches_nocrc"] = lambda: scan_batches(arr, check_crc=False)
     stages["crc_kernel_as_in_scan_batches"] = crc_kernel
     stages["crc_library_loop"] = crc_loop

@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 import click
 
 from cleanerd import __version__
-from cleanerd._jitcache import configure_numba_cache
 from cleanerd.cli import _early_stop as early_stop
 from cleanerd.cli._errors import guard, restyled
 
@@ -81,6 +80,7 @@ class LazyGroup(click.Group):
         found = COMMANDS.get(cmd_name)
         if found is None:
             return None
+        _choose_kernel_cache()
         command = getattr(importlib.import_module(found.module), found.attribute)
         if not isinstance(command, click.Command):  # pragma: no cover - a wiring mistake
             raise TypeError(f"{found.module}.{found.attribute} is not a click command")
@@ -117,6 +117,15 @@ def cli() -> None:
     """Log compaction for Apache Kafka-format partition logs."""
 
 
+def _choose_kernel_cache() -> None:
+    """Numba's cache dir, chosen before a command's module imports numba (importing ``cleanerd``
+    does not choose it: ``cleanerd._jitcache``). Not for ``--help`` and ``--version``: they need
+    no kernel, and choosing probes the candidate dirs with files."""
+    from cleanerd._jitcache import configure_numba_cache  # noqa: PLC0415 (docstring)
+
+    configure_numba_cache()
+
+
 def _command(args: list[str]) -> str | None:
     """The command named on the command line (the group's own options take no values)."""
     return next((a for a in args if not a.startswith("-")), None)
@@ -125,10 +134,9 @@ def _command(args: list[str]) -> str | None:
 def main() -> None:
     """Console-script entry point (``python -m cleanerd`` too).
 
-    Numba's cache dir is chosen here, before any command's module imports numba: importing
-    ``cleanerd`` does not choose it (``cleanerd._jitcache``).
+    Numba's cache dir is chosen when a command is looked up, before its module imports numba
+    (``_choose_kernel_cache``).
     """
     if _command(sys.argv[1:]) == "run":
         early_stop.install()
-    configure_numba_cache()
     cli()

@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.compaction._batches import Bools, index_and_hash, transaction_verdicts
 from cleanerd.compaction._cleaned._rebuild import NO_HORIZON
 from cleanerd.compaction._offset_map._map import OffsetMap
@@ -130,7 +130,7 @@ _NO_I64 = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=np.bool_)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def decide_records(
     tab: Arr,
     versioned: bool,

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.format import R_HEADER_COUNT, R_HEADERS_POS, R_TIMESTAMP
 from cleanerd.topics import Strategy, StrategyConfig
 
@@ -34,7 +34,7 @@ Arr = npt.NDArray[Any]
 VERSION_BYTES = 8  # a header version is one big-endian int64
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def wins(
     offset: int,
     version: int,
@@ -51,7 +51,7 @@ def wins(
     return offset > other_offset
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _uvarint(buf: Arr, p: int, end: int) -> tuple[Any, int]:
     """Zig-zag varint at ``p`` (already validated by the index kernel): (value, next position).
 
@@ -69,7 +69,7 @@ def _uvarint(buf: Arr, p: int, end: int) -> tuple[Any, int]:
     return 0, -1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def header_version(payload: Arr, pos: int, count: int, name: Arr) -> tuple[Any, bool, bool]:
     """Version from the LAST header named ``name`` among ``count`` headers at ``pos``.
 
@@ -110,7 +110,7 @@ def header_version(payload: Arr, pos: int, count: int, name: Arr) -> tuple[Any, 
     return np.int64(v), True, False
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def record_versions(payload: Arr, records: Arr, header_name_bytes: Arr) -> tuple[Arr, Arr, int]:
     """Header-strategy versions of every record (rows with ``kernels.R_*`` columns).
 

@@ -18,14 +18,14 @@ import platform
 import struct
 from typing import Any
 
-import crc32c
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir  # type: ignore[import-untyped]
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from cleanerd._kernel import kernel
 from cleanerd.format import kernels as k
 from cleanerd.format._pointer import data_ptr
 from cleanerd.format.layout import CRC_AT, CRC_START
@@ -92,7 +92,7 @@ _INIT = np.uint64(0xFFFFFFFF)
 _CRC = struct.Struct(">I")
 
 
-@njit(cache=True)
+@kernel()
 def _tail(ptr: Any, crc: np.uint64, p: int, end: int) -> np.uint64:
     """Finish one stream: whole words, then bytes; returns the final (inverted) CRC."""
     while p + 8 <= end:
@@ -105,7 +105,7 @@ def _tail(ptr: Any, crc: np.uint64, p: int, end: int) -> np.uint64:
     return np.uint64(c) ^ _INIT
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def batch_crcs(buf: Arr, starts: Arr, ends: Arr, out: Arr) -> None:
     """CRC32C of ``buf[starts[i]:ends[i]]`` into ``out[i]``, four batches side by side."""
     n = starts.shape[0]
@@ -140,10 +140,19 @@ def batch_crcs(buf: Arr, starts: Arr, ends: Arr, out: Arr) -> None:
         i += 1
 
 
+def _library() -> Any:
+    """The ``crc32c`` library's function, imported on first use: a scan that checks with the
+    kernel never needs it, and importing it (with ``importlib.metadata``) costs a short command
+    more than its whole scan."""
+    import crc32c  # noqa: PLC0415 (docstring)
+
+    return crc32c.crc32c
+
+
 def checksum(data: Any, *, release_gil: bool = False) -> int:
     """CRC32C of one buffer; ``release_gil`` when other threads run (the library keeps the GIL
     for data under 32 KiB unless told otherwise)."""
-    return int(crc32c.crc32c(data, 0, 1 if release_gil else -1))
+    return int(_library()(data, 0, 1 if release_gil else -1))
 
 
 def first_bad_crc_each(arr: Arr, batches: Arr, first: int, stop: int, *, release_gil: bool) -> int:
@@ -156,7 +165,7 @@ def first_bad_crc_each(arr: Arr, batches: Arr, first: int, stop: int, *, release
     stops = (rows[:, k.B_POS] + rows[:, k.B_SIZE]).tolist()
     stored = rows[:, k.B_CRC].tolist()
     mv = arr.data
-    crc = crc32c.crc32c
+    crc = _library()
     mode = 1 if release_gil else -1
     for i, (lo, hi, expected) in enumerate(zip(starts, stops, stored, strict=True)):
         if crc(mv[lo:hi], 0, mode) != expected:
@@ -180,7 +189,7 @@ def first_bad_crc(arr: Arr, batches: Arr) -> int:
     return int(np.argmax(bad)) if bad.any() else -1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _store_crcs(dest: Arr, starts: Arr, crcs: Arr) -> None:
     for i in range(starts.shape[0]):
         v = np.int64(crcs[i])
@@ -199,5 +208,6 @@ def fill_crcs(dest: Arr, starts: Arr, ends: Arr) -> None:
         _store_crcs(dest, starts, crcs)
         return
     mv = dest.data
+    crc = _library()
     for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        _CRC.pack_into(mv, a + CRC_AT, crc32c.crc32c(mv[a + CRC_START : b]))
+        _CRC.pack_into(mv, a + CRC_AT, crc(mv[a + CRC_START : b]))

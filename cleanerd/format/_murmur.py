@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.format._pointer import Ptr, data_ptr
 
 Arr = npt.NDArray[Any]
@@ -23,12 +23,12 @@ _M1 = np.uint64(0xFF51AFD7ED558CCD)
 _M2 = np.uint64(0xC4CEB9FE1A85EC53)
 
 
-@njit(cache=True)
+@kernel()
 def _rotl(x: np.uint64, r: int) -> np.uint64:
     return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
 
 
-@njit(cache=True)
+@kernel()
 def _fmix(k: np.uint64) -> np.uint64:
     k ^= k >> np.uint64(33)
     k *= _M1
@@ -38,7 +38,7 @@ def _fmix(k: np.uint64) -> np.uint64:
     return k
 
 
-@njit(cache=True)
+@kernel()
 def _le64(buf: Ptr, p: int) -> np.uint64:
     v = np.uint64(0)
     for i in range(8):
@@ -46,13 +46,13 @@ def _le64(buf: Ptr, p: int) -> np.uint64:
     return v
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
     """MurmurHash3 x64 128, seed 0, of ``buf[pos:pos+length]``: (h1, h2)."""
     return murmur3_128_at(data_ptr(buf), pos, length)
 
 
-@njit(cache=True)
+@kernel()
 def murmur3_128_at(buf: Ptr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
     h1 = np.uint64(0)
     h2 = np.uint64(0)

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.format._murmur import murmur3_128_at
 from cleanerd.format._pointer import Ptr, data_ptr
 
@@ -50,7 +50,7 @@ NO_HASHES = np.empty((0, 2), dtype=np.uint64)
 MIN_RECORD_SIZE = 7
 
 
-@njit(cache=True)
+@kernel()
 def _varint(buf: Ptr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
     """Zig-zag varint at ``buf + p``: (value, next position, error code)."""
     raw = np.uint64(0)
@@ -69,7 +69,7 @@ def _varint(buf: Ptr, p: int, end: int, max_bytes: int) -> tuple[Any, int, int]:
     return 0, p, REC_VARINT_TOO_LONG
 
 
-@njit(cache=True)
+@kernel()
 def index_one(
     buf: Ptr,
     start: int,
@@ -189,7 +189,7 @@ def index_one(
     return REC_OK, p, prev_offset
 
 
-@njit(nogil=True, cache=True)
+@kernel(nogil=True)
 def index_records_into(
     buf: Arr,
     starts: Arr,
@@ -329,7 +329,7 @@ def index_records(
     return out[:rows], int(err), int(batch), int(pos)
 
 
-@njit(nogil=True, cache=True)
+@kernel(nogil=True)
 def hash_keys_into(buf: Arr, records: Arr, out: Arr) -> None:
     """128-bit hash of every record's key into ``out`` (``uint64[n, 2]``; zeros for null keys)."""
     ptr = data_ptr(buf)

@@ -100,7 +100,7 @@ def scan_batches(
             f"scan bounds start={start}, end={end} are outside the {size}-byte buffer"
             " (need 0 <= start <= end <= len(buf))"
         )
-    batches, walk_end, code = k.walk_batches(arr, start, stop)
+    batches, walk_end, code = k.walk_batch_matrix(arr, start, stop)
     n = batches.shape[0]
     bad = n  # index of the first invalid batch among the walked ones
     reason = ""

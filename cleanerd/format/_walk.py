@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.format import layout as at
 from cleanerd.format.layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
 
@@ -42,13 +42,13 @@ WALK_TOO_SMALL = 3  # batch length smaller than a v2 header
 WALK_BAD_MAGIC = 4
 
 
-@njit(cache=True)
+@kernel()
 def _i16(buf: Arr, p: int) -> Any:
     v = (np.int64(buf[p]) << 8) | np.int64(buf[p + 1])
     return v - 65536 if v >= 32768 else v
 
 
-@njit(cache=True)
+@kernel()
 def _i32(buf: Arr, p: int) -> Any:
     v = (
         (np.int64(buf[p]) << 24)
@@ -59,7 +59,7 @@ def _i32(buf: Arr, p: int) -> Any:
     return v - 4294967296 if v >= 2147483648 else v
 
 
-@njit(cache=True)
+@kernel()
 def _u32(buf: Arr, p: int) -> Any:
     return (
         (np.int64(buf[p]) << 24)
@@ -69,22 +69,26 @@ def _u32(buf: Arr, p: int) -> Any:
     )
 
 
-@njit(cache=True)
+@kernel()
 def _i64(buf: Arr, p: int) -> Any:
     hi = np.uint64(_u32(buf, p))
     lo = np.uint64(_u32(buf, p + 4))
     return np.int64((hi << np.uint64(32)) | lo)
 
 
-@njit(nogil=True, cache=True)
-def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
+@kernel(nogil=True)
+def walk_batches(buf: Arr, start: int, end: int, out: Arr) -> tuple[int, int, int]:
     """Walk v2 batches in ``buf[start:end]`` by their length fields.
 
-    Returns ``(batches, stop_position, stop_code)``: one row per complete batch (columns ``B_*``)
-    and where and why the walk stopped (``WALK_OK`` when it reached ``end`` exactly). CRCs are not
+    Returns ``(batches, stop_position, stop_code)``: how many complete batches there are, and
+    where and why the walk stopped (``WALK_OK`` when it reached ``end`` exactly); the first of
+    them, as many as ``out`` has rows, are written to ``out`` (columns ``B_*``). CRCs are not
     checked here (see ``reader.check_crcs``).
+
+    The caller allocates (``walk_batch_matrix``): a kernel that allocates an array loads numba's
+    array implementation with it when it is loaded from the cache (``cleanerd._kernel``).
     """
-    # pass 1: count, so the matrix is allocated once at its exact size
+    # pass 1: count, so the matrix can be allocated once at its exact size
     n = 0
     p = start
     code = WALK_OK
@@ -104,9 +108,8 @@ def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
             break
         n += 1
         p += LOG_OVERHEAD + length
-    out = np.empty((n, BATCH_COLUMNS), dtype=np.int64)
     q = start
-    for i in range(n):
+    for i in range(min(n, out.shape[0])):
         length = _i32(buf, q + at.LENGTH_AT)
         base = _i64(buf, q + at.BASE_OFFSET_AT)
         out[i, B_POS] = q
@@ -124,4 +127,15 @@ def walk_batches(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
         out[i, B_BASE_SEQUENCE] = _i32(buf, q + at.BASE_SEQUENCE_AT)
         out[i, B_COUNT] = _i32(buf, q + at.RECORDS_COUNT_AT)
         q += LOG_OVERHEAD + length
-    return out, p, code
+    return n, p, code
+
+
+_NO_ROWS = np.zeros((0, BATCH_COLUMNS), dtype=np.int64)
+
+
+def walk_batch_matrix(buf: Arr, start: int, end: int) -> tuple[Arr, int, int]:
+    """``walk_batches`` into a matrix of its own: ``(batches, stop_position, stop_code)``."""
+    n, stop, code = walk_batches(buf, start, end, _NO_ROWS)
+    out = np.empty((n, BATCH_COLUMNS), dtype=np.int64)
+    walk_batches(buf, start, end, out)
+    return out, stop, code

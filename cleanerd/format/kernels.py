@@ -81,6 +81,7 @@ from cleanerd.format._walk import (
     WALK_PARTIAL_HEADER,
     WALK_PAST_END,
     WALK_TOO_SMALL,
+    walk_batch_matrix,
     walk_batches,
 )
 from cleanerd.format.layout import HEADER_SIZE, LOG_OVERHEAD, MAGIC_V2
@@ -142,6 +143,7 @@ __all__ = [  # noqa: RUF022
     "index_records",
     "index_records_into",
     "murmur3_128",
+    "walk_batch_matrix",
     "walk_batches",
 ]
 

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.format import (
     ATTR_CONTROL,
     ATTR_TIMESTAMP_TYPE,
@@ -63,7 +63,7 @@ CONTROL_CODE = {t: i + 1 for i, t in enumerate(ControlType)}
 """Index into the control type names per ControlType (0: not a control record)."""
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _gather(buf: Arr, pos: Arr, lens: Arr, starts: Arr, out: Arr) -> None:
     """Copy ``buf[pos[i]:pos[i]+lens[i]]`` to ``out[starts[i]:]`` (negative length: none)."""
     for i in range(pos.shape[0]):
@@ -79,7 +79,7 @@ def _gather(buf: Arr, pos: Arr, lens: Arr, starts: Arr, out: Arr) -> None:
             out[dst : dst + n] = buf[src : src + n]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _varint(buf: Arr, p: int) -> tuple[int, int]:
     """Zig-zag varint at ``p`` (already validated by the record index kernel)."""
     raw = 0
@@ -93,7 +93,7 @@ def _varint(buf: Arr, p: int) -> tuple[int, int]:
         shift += 7
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _header_fields(buf: Arr, hpos: Arr, hcount: Arr, out: Arr) -> None:
     """Key position, key length, value position, value length of every header, in order."""
     row = 0

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -117,6 +118,92 @@ def test_after_warmup_commands_compile_nothing(
         if args[1:3] == (str(logdir), "--roll-active"):  # the first compaction: work done
             assert summary["records_out"] < summary["records_in"]
     assert _cache_files(cache) == before
+
+
+# Runs a command in a fresh process as the console script does, then says which kernels it loaded
+# (a dispatcher with an overload), how many of them numba compiled, and every module imported.
+_PROBE = """
+import json, sys
+sys.argv = ["cleanerd", *sys.argv[1:]]
+from cleanerd.cli import main
+try:
+    main()
+except SystemExit as stop:
+    code = stop.code
+modules = sorted(sys.modules)  # importlib's imports too, which -X importtime does not list
+from numba.core.dispatcher import Dispatcher
+loaded = {}
+for name, module in list(sys.modules.items()):
+    if name.startswith("cleanerd.") and module is not None:
+        for value in vars(module).values():
+            if isinstance(value, Dispatcher) and value.overloads:
+                loaded[value.py_func.__module__ + "." + value.__name__] = value
+print(json.dumps({
+    "code": code,
+    "loaded": sorted(loaded),
+    "compiled": sum(sum(d.stats.cache_misses.values()) for d in loaded.values()),
+    "modules": modules,
+}))
+"""
+# numba imports these only to prepare its compiler (numba.np.arraymath) or to rebuild a kernel
+# that allocates an array (numba.np.arrayobj): a warm read-only command needs neither
+_COMPILER = {"numba.np.arraymath", "numba.np.arrayobj"}
+# what verify and dump never use: the daemon, the engine, Spark, settings, the event loop, and
+# the CRC library (the kernel checks CRCs)
+_NOT_FOR_READING = {
+    "asyncio", "aiohttp", "pyspark", "pyarrow", "pydantic", "pydantic_settings", "structlog",
+    "rich", "prometheus_client", "crc32c", "cleanerd.service", "cleanerd.spark",
+    "cleanerd.compaction", "cleanerd.scheduling", "cleanerd.config", "cleanerd.workload",
+}  # fmt: skip
+
+
+def _probe(*args: str, env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _PROBE, *args], check=False, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return report
+
+
+@pytest.mark.slow
+def test_warm_verify_and_dump_load_only_the_kernels_they_call(
+    warm_cache: tuple[Path, dict[str, object]], tmp_path: Path
+) -> None:
+    """After ``cleanerd warmup`` a read-only command loads its three kernels from the cache and
+    nothing of numba's compiler (issue 24: that set-up was a third of ``verify``'s run)."""
+    cache, _ = warm_cache
+    env = _env(NUMBA_CACHE_DIR=str(cache))
+    logdir = tmp_path / "logs"
+    gen = _cleanerd("gen", str(logdir), "--records", "1000", "--codec", "lz4", env=env)
+    assert gen.returncode == 0, gen.stderr
+    segment = next((logdir / "demo-0").glob("*.log"))
+    for args in (("verify", str(logdir)), ("dump", str(segment))):
+        report = _probe(*args, env=env)
+        assert report["code"] == 0, args
+        assert report["loaded"] == [
+            "cleanerd.format._crc.batch_crcs",
+            "cleanerd.format._record_index.index_records_into",
+            "cleanerd.format._walk.walk_batches",
+        ], args
+        assert report["compiled"] == 0, args
+        modules = set(report["modules"])
+        assert "numba" in modules  # the probe saw the kernels' imports
+        assert sorted(modules & (_COMPILER | _NOT_FOR_READING)) == [], args
+
+
+@pytest.mark.parametrize("command", ["verify", "dump"])
+def test_read_only_commands_import_no_daemon_engine_or_spark(command: str) -> None:
+    """Loading ``verify`` or ``dump`` imports the format, storage and inspect code it runs, and
+    none of what only the daemon, a cleaning or Spark use."""
+    report = _probe(command, "--help", env=_env())
+    assert report["code"] == 0
+    modules = set(report["modules"])
+    assert {"numba", f"cleanerd.cli._{command}", "cleanerd.inspect"} <= modules
+    not_used = {
+        m for m in modules if any(m == n or m.startswith(f"{n}.") for n in _NOT_FOR_READING)
+    }
+    assert sorted(not_used | (modules & _COMPILER)) == []
 
 
 def _no_warm(*_: object, **__: object) -> _warmup.WarmupReport:

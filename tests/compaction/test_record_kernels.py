@@ -31,7 +31,7 @@ def _log(keys: list[int | None], per_batch: int) -> Arr:
 
 
 def _map_records(omap: OffsetMap, arr: Arr, start: int) -> tuple[int, int, Arr, Arr, Arr]:
-    batches, _, _ = k.walk_batches(arr, 0, arr.shape[0])
+    batches, _, _ = k.walk_batch_matrix(arr, 0, arr.shape[0])
     got = payloads(arr, batches)
     assert got is not None
     buf, starts, ends = got

@@ -122,19 +122,34 @@ def test_plain_import_is_silent_and_leaves_no_file(tmp_path: Path, setup: str) -
     assert _tree(PACKAGE, tmp_path) == before
 
 
-def test_the_cli_entry_point_still_chooses_the_cache_dir(tmp_path: Path) -> None:
-    """The side effect moved, not vanished: ``main`` sets ``NUMBA_CACHE_DIR`` to the first
-    writable dir when the one given is not, before any command runs."""
-    env = _env(tmp_path, "given-unwritable") | {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+def _main_then_cache_dir(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     script = (
-        "import os, sys; sys.argv = ['cleanerd', '--version'];"
+        f"import os, sys; sys.argv = ['cleanerd', *{list(args)!r}];"
         "from cleanerd.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "print(os.environ['NUMBA_CACHE_DIR'])"
+        "print(os.environ.get('NUMBA_CACHE_DIR'))"
     )
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
     )
+
+
+def test_the_cli_entry_point_still_chooses_the_cache_dir(tmp_path: Path) -> None:
+    """The side effect moved, not vanished: ``main`` sets ``NUMBA_CACHE_DIR`` to the first
+    writable dir when the one given is not, as it looks up the command, before it loads."""
+    env = _env(tmp_path, "given-unwritable") | {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    done = _main_then_cache_dir(env, "verify", "--help")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == str(tmp_path / "xdg" / "cleanerd" / "numba")
     assert f"NUMBA_CACHE_DIR={_UNWRITABLE} is not writable" in done.stderr
+
+
+def test_version_and_help_choose_no_cache_dir(tmp_path: Path) -> None:
+    """They load no kernel: no probe file, no warning, the variable as it was."""
+    env = _env(tmp_path, "given-unwritable") | {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    for args in (["--version"], ["--help"]):
+        done = _main_then_cache_dir(env, *args)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[-1] == _UNWRITABLE
+        assert done.stderr == ""
+        assert not (tmp_path / "xdg").exists()

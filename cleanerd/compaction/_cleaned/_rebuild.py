@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.format import (
     ATTR_CODEC_MASK,
     ATTR_CONTROL,
@@ -47,7 +47,7 @@ _CODECS = tuple(Compression)
 _NO_BYTES = np.zeros(0, dtype=np.uint8)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _put_zigzag(out: Arr, p: int, value: int) -> int:
     raw = np.uint64((np.int64(value) << 1) ^ (np.int64(value) >> 63))
     while raw >= np.uint64(0x80):
@@ -58,14 +58,14 @@ def _put_zigzag(out: Arr, p: int, value: int) -> int:
     return p + 1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _skip_varint(buf: Arr, p: int) -> int:
     while buf[p] & 0x80:
         p += 1
     return p + 1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def splice_records(payload: Arr, records: Arr, rows: Arr, base_ts: Arr, out: Arr, ends: Arr) -> int:
     """Re-encode records ``rows`` (already validated by the index kernel) against ``base_ts``.
 
@@ -107,7 +107,7 @@ def splice_records(payload: Arr, records: Arr, rows: Arr, base_ts: Arr, out: Arr
 ) = range(11)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _put_be(dest: Arr, p: int, value: int | np.int64, nbytes: int) -> None:
     """``value``'s low ``nbytes`` bytes, big-endian (two's complement for negatives)."""
     v = np.int64(value)
@@ -116,7 +116,7 @@ def _put_be(dest: Arr, p: int, value: int | np.int64, nbytes: int) -> None:
         v >>= 8
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def write_batches(
     src0: Arr, src1: Arr, which: Arr, data_lo: Arr, data_hi: Arr, starts: Arr, head: Arr, dest: Arr
 ) -> None:

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.compaction._cleaned._rebuild import rebuild_batches
 from cleanerd.compaction._filter import Action, ChunkDecision
 from cleanerd.compaction._stats import CleanerStats
@@ -61,7 +61,7 @@ Arr = npt.NDArray[Any]
 _NO_BYTES = np.zeros(0, dtype=np.uint8)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def append_groups(sizes: Arr, fill: int, limit: int) -> Arr:
     """Ends of the appends the batches of ``sizes`` close, after ``fill`` pending bytes.
 
@@ -85,7 +85,7 @@ def append_groups(sizes: Arr, fill: int, limit: int) -> Arr:
     return ends[:n]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def gather(
     src0: Arr, src1: Arr, src2: Arr, which: Arr, pos: Arr, size: Arr, lo: int, dest: Arr
 ) -> None:

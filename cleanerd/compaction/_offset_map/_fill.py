@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED, FLAG_TOMBSTONE, FLAG_WINNER
 from cleanerd.compaction._offset_map._table import insert_key, is_full, normalize
 from cleanerd.format import data_ptr as _data_ptr, index_one as _index_one, kernels as k
@@ -32,7 +32,7 @@ from cleanerd.format import data_ptr as _data_ptr, index_one as _index_one, kern
 Arr = npt.NDArray[Any]
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def map_records(
     buf: Arr,
     starts: Arr,
@@ -158,7 +158,7 @@ def map_records(
     return k.REC_OK, rec, full_record, size, latest
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def mark_winners(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
     """Set ``FLAG_WINNER`` on the first ``n`` records whose offset is in ``winners``.
 
@@ -185,7 +185,7 @@ def mark_winners(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
     return marked
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def mark_winners_sparse(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
     """``mark_winners`` by one binary search per winner: for few winners among many records.
 

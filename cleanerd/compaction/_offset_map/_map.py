@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.compaction._offset_map._table import (
     find_slot,
     insert_key,
@@ -49,7 +49,7 @@ _EMPTY_BOOL = np.zeros(0, dtype=np.bool_)
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _put_batch(
     tab: Arr,
     hashes: Arr,
@@ -85,7 +85,7 @@ def _put_batch(
     return n, False, size, latest
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _get(tab: Arr, hashes: Arr, versioned: bool, out_off: Arr, out_ver: Arr, out_has: Arr) -> None:
     t = tab.reshape(tab.size)
     width = tab.shape[1]
@@ -100,7 +100,7 @@ def _get(tab: Arr, hashes: Arr, versioned: bool, out_off: Arr, out_ver: Arr, out
             out_off[i], out_ver[i], out_has[i] = stored_entry(t, width, pos, versioned)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _retain(
     tab: Arr, hashes: Arr, offsets: Arr, versions: Arr, has_version: Arr, versioned: bool, out: Arr
 ) -> None:

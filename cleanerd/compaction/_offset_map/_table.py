@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.compaction._strategy import wins
 
 ZERO_HASH_REMAP = np.uint64(0x9E3779B97F4A7C15)
@@ -24,7 +24,7 @@ ZERO_HASH_REMAP = np.uint64(0x9E3779B97F4A7C15)
 SLOT_H1, SLOT_H2, SLOT_OFFSET, SLOT_VERSION = 0, 1, 2, 3
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def normalize(h1: np.uint64, h2: np.uint64) -> tuple[np.uint64, np.uint64]:
     """The stored form of a key hash: (0, 0) marks an empty slot, so a real one is remapped."""
     if h1 == 0 and h2 == 0:
@@ -32,26 +32,26 @@ def normalize(h1: np.uint64, h2: np.uint64) -> tuple[np.uint64, np.uint64]:
     return h1, h2
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def is_full(size: int, max_entries: int) -> bool:
     """Kafka's full rule: at ``max_entries`` the map takes no put, not even of a key it holds."""
     return size >= max_entries
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _home(h1: np.uint64, slots: int) -> Any:
     """Home slot of a key: ``h1`` is a murmur3 output word, already uniform."""
     return np.int64(h1 % np.uint64(slots))
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _dist(pos: int, h1: np.uint64, slots: int) -> Any:
     """Distance of slot ``pos`` from the home slot of hash word ``h1``."""
     home = _home(h1, slots)
     return pos - home if pos >= home else pos + slots - home
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def find_slot(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> Any:
     """Slot of the (normalised) hash, or -1: an absent key stops at the first richer resident."""
     pos = _home(h1, slots)
@@ -68,13 +68,13 @@ def find_slot(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> A
     return -1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def mark_slot(touched: Any, pos: int) -> None:
     """Set slot ``pos``'s bit in a touched bitmap (``_touched.touched_bitmap``)."""
     touched[pos >> 6] |= np.uint64(1) << np.uint64(pos & 63)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def stored_entry(t: Any, width: int, pos: int, versioned: bool) -> tuple[Any, Any, bool]:
     """``(offset, version, has_version)`` of slot ``pos``; the offset's sign is has_version."""
     packed = np.int64(t[pos * width + SLOT_OFFSET])
@@ -85,7 +85,7 @@ def stored_entry(t: Any, width: int, pos: int, versioned: bool) -> tuple[Any, An
     return ~packed, np.int64(t[pos * width + SLOT_VERSION]), False
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def insert_key(
     t: Any,
     width: int,
@@ -153,7 +153,7 @@ def insert_key(
     return 1
 
 
-@njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def retains(
     t: Any,
     width: int,

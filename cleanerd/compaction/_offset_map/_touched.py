@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
+from cleanerd._kernel import kernel
 from cleanerd.compaction._offset_map._map import OffsetMap
 from cleanerd.compaction._offset_map._table import SLOT_H1, SLOT_H2, SLOT_OFFSET
 from cleanerd.format import data_ptr as _data_ptr
@@ -29,7 +29,7 @@ def touched_bitmap(omap: OffsetMap) -> Arr:
     return np.zeros((omap.slots + 63) // 64, dtype=np.uint64)
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def clear_touched(tab: Arr, touched: Arr) -> int:
     """Empty the slots marked in ``touched`` and unmark them; returns how many held a key.
 
@@ -60,7 +60,7 @@ def clear_touched(tab: Arr, touched: Arr) -> int:
     return n
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def map_offsets(tab: Arr, touched: Arr) -> Arr:
     """The offsets held by the slots marked in ``touched`` (offset strategy), unsorted."""
     t = _data_ptr(tab)
