@@ -39,9 +39,15 @@ class _LightCache(FunctionCache):
     """numba's per-kernel cache, minus the compiler's set-up before a load."""
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
-        nrt.rtsys.initialize(target_context)  # safe to repeat: it runs once
-        with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)  # type: ignore[no-untyped-call]
+        try:
+            guard = self._guard_against_spurious_io_errors
+            load = self._load_overload
+            initialize = nrt.rtsys.initialize
+        except AttributeError:  # another numba's internals: its own (full) load, still correct
+            return super().load_overload(sig, target_context)  # type: ignore[no-untyped-call]
+        initialize(target_context)  # safe to repeat: it runs once
+        with guard():
+            return load(sig, target_context)  # type: ignore[no-untyped-call]
 
 
 def kernel(
