@@ -26,7 +26,7 @@ from cleanerd.storage import (
     LogSegment,
     PartitionLog,
     TopicPartition,
-    read_offset_checkpoint,
+    checkpointed_offset,
 )
 from cleanerd.topics import TopicCleanerConfig
 
@@ -115,10 +115,7 @@ class LogMeta:
 
 def cleaner_checkpoint(log: PartitionLog) -> int | None:
     """The log's entry in its log dir's ``cleaner-offset-checkpoint``, None when absent."""
-    path = log.directory.parent / CLEANER_OFFSET_CHECKPOINT
-    if not path.exists():
-        return None
-    return read_offset_checkpoint(path).get(log.topic_partition)
+    return checkpointed_offset(log.directory.parent, CLEANER_OFFSET_CHECKPOINT, log.topic_partition)
 
 
 # --- Kafka's segment-range helpers (LogSegments.values, UnifiedLog.nonActiveLogSegmentsFrom) ------

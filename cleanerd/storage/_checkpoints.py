@@ -234,7 +234,7 @@ class _OffsetFile:
     (once written or updated here) its entry lines in the order they are written (sorted)."""
 
     raw: bytes
-    entries: Mapping[TopicPartition, int]
+    entries: dict[TopicPartition, int]  # never changed once kept: callers get copies
     keys: tuple[TopicPartition, ...] | None = None
     lines: tuple[str, ...] | None = None
 
@@ -250,7 +250,7 @@ class _OffsetFile:
         cls, keys: list[TopicPartition], lines: list[str], entries: dict[TopicPartition, int]
     ) -> _OffsetFile:
         raw = f"{CHECKPOINT_VERSION}\n{len(lines)}\n{''.join(lines)}".encode()
-        return cls(raw, MappingProxyType(entries), tuple(keys), tuple(lines))
+        return cls(raw, entries, tuple(keys), tuple(lines))
 
 
 _KEPT_FILES = 64
@@ -283,7 +283,7 @@ def _offset_file(path: Path) -> _OffsetFile | None:
     if kept is not None and kept.raw == raw:
         return kept
     entries = dict(_parse_entries(path, _decode(path, raw), _parse_offset_entry))
-    parsed = _OffsetFile(raw, MappingProxyType(entries))
+    parsed = _OffsetFile(raw, entries)
     _keep(path, parsed)
     return parsed
 
@@ -317,7 +317,7 @@ def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
     Duplicate partitions are allowed and the last one wins, as in Kafka.
     """
     found = _offset_file(Path(path))
-    return {} if found is None else dict(found.entries)
+    return {} if found is None else found.entries.copy()  # a dict's copy: no per-entry work
 
 
 def _checked_entry(path: Path, key: tuple[str, int], value: object) -> tuple[TopicPartition, int]:
@@ -358,8 +358,8 @@ def update_offset_checkpoint(
     with _file_lock(path), _dir_flock(path.parent):
         found = _offset_file(path)
         if found is None:
-            found = _OffsetFile(b"", _NOTHING, (), ())
-        current = dict(found.entries)
+            found = _OffsetFile(b"", {}, (), ())
+        current = found.entries.copy()
         keys, lines = found.sorted_lines()  # only the changed lines are made again
         for key in remove:
             tp = TopicPartition(*key)
@@ -378,7 +378,7 @@ def update_offset_checkpoint(
         written = _OffsetFile.of_lines(keys, lines, current)
         atomic_write(path, written.raw)
         _keep(path, written)
-        return dict(current)
+        return current.copy()
 
 
 _FILE_LOCKS: dict[str, threading.Lock] = {}
