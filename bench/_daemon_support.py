@@ -101,15 +101,19 @@ def mark_clean(log_dir: Path, ends: dict[TopicPartition, int]) -> None:
     write_offset_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT, ends)
 
 
-def build_count_dir(work: Path, name: str, n: int, records: int) -> tuple[Path, dict[Any, int]]:
+def build_count_dir(
+    work: Path, name: str, n: int, records: int, *, clean: bool = True
+) -> tuple[Path, dict[Any, int]]:
     """``n`` copies of one rolled partition of ``records`` records (256 KiB segments) as topic
-    ``t`` in ``work/name``, marked clean to its end; returns the dir and its shape."""
+    ``t`` in ``work/name``, marked clean to its end unless ``clean`` is False (then every one
+    is dirty); returns the dir and its shape."""
     spec = WorkloadSpec(topic="t", records=records, keys=min(10_000, records), seed=1)
     template = write_rolled(work / f"tpl-{name}", spec)[0]
     t0 = time.perf_counter()
     log_dir = work / name
     ends = fill_log_dir(log_dir, template, "t", n)
-    mark_clean(log_dir, ends)
+    if clean:
+        mark_clean(log_dir, ends)
     size = sum(f.stat().st_size for f in template.glob("*.log"))
     segs = len(list(template.glob("*.log")))
     log(
@@ -235,6 +239,27 @@ class Daemon:
                     raise TimeoutError(f"{len(found)}/{count} {prefix} partitions cleaned")
                 self.changed.wait(0.2)
                 self._check_alive()
+
+    def wait_first_cleanings(self, prefix: str, count: int, timeout: float = 3600.0) -> list[float]:
+        """Wait until ``count`` partitions named ``prefix``-N were cleaned once; returns the
+        arrival times of each one's first "log cleaned" line, sorted. Reads each line once (a
+        rescan of every line at each new one would cost this process O(count^2))."""
+        deadline = time.monotonic() + timeout
+        seen: dict[str, float] = {}
+        read = 0
+        with self.changed:
+            while len(seen) < count:
+                for t, e in self.lines[read:]:
+                    if e.get("event") == "log cleaned" and e["partition"].startswith(prefix + "-"):
+                        seen.setdefault(e["partition"], t)
+                read = len(self.lines)
+                if len(seen) >= count:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{len(seen)}/{count} {prefix} partitions cleaned")
+                self.changed.wait(0.5)
+                self._check_alive()
+        return sorted(seen.values())
 
     def get(self, path: str) -> Any:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=60) as r:

@@ -25,6 +25,12 @@ names the file system. Two log dirs of one topic each: ``--partitions`` copies o
   start to the last job's end (from ``/status``: end wall clock and job seconds, open + plan +
   clean); ``discovery_to_done`` is our rename to the last "log cleaned" line. Best of
   ``--repeat`` per worker count.
+- sweep (only when named in ``--only``): for each count of ``--sweep-counts``, a fresh daemon
+  (``--sweep-workers`` workers, default settings otherwise) on that many dirty copies of one
+  ``--small-records`` partition (no cleaner checkpoint: every partition is cleanable); the first
+  pass runs from READY to the last partition's first "log cleaned" line. Its wall and CPU time
+  and the cleaning rate in each quarter of the pass (by cleaning count) show whether the cost of
+  a cleaning grows with the partition count.
 
 Prints one JSON document on stdout; progress goes to stderr.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import shutil
 import sys
@@ -65,7 +72,8 @@ from cleanerd.workload import WorkloadSpec  # noqa: E402
 
 KEYS = 10_000
 SPEEDUP_TARGET = 1.7  # 2 workers vs 1 (the issue)
-ALL = ("startup", "ranking", "idle", "throughput")
+ALL = ("startup", "ranking", "idle", "throughput", "sweep")
+DEFAULT = ALL[:4]  # the sweep runs when asked for: ``--only sweep``
 
 
 def best(values: list[float]) -> float:
@@ -267,6 +275,68 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return out
 
 
+# --- partition-count sweep: the first pass over many small dirty partitions --------------------
+
+
+def sweep_run(work: Path, count: int, records: int, workers: int) -> dict[str, Any]:
+    """A fresh daemon on ``count`` dirty copies of one small partition (no cleaner checkpoint):
+    its first pass, READY to the last partition's first "log cleaned" line."""
+    log_dir, shape = build_count_dir(work, f"sweep_{count}", count, records, clean=False)
+    settings: dict[str, object] = {"log.cleaner.threads": workers}
+    with Daemon(work, log_dir, settings) as d:
+        ready = d.wait_ready()
+        a = d.stat()
+        t_ready = d.ready_at
+        assert t_ready is not None
+        firsts = d.wait_first_cleanings("t", count)
+        b = d.stat()
+        code, _ = d.stop()
+    if code != 0:
+        raise RuntimeError(f"daemon exit code {code}")
+    shutil.rmtree(log_dir)
+    wall = firsts[-1] - t_ready
+    cpu = b["cpu_s"] - a["cpu_s"]
+    # cleanings per second in each quarter of the pass (by cleaning count, not by time)
+    edges = [count * q // 4 for q in range(5)]
+    starts = [t_ready, *firsts]
+    rates = []
+    for lo, hi in itertools.pairwise(edges):
+        span = firsts[hi - 1] - starts[lo]
+        rates.append(round((hi - lo) / span, 2) if span > 0 else None)
+    log(
+        f"sweep {count}: first pass {wall:.1f} s wall, {cpu:.1f} s CPU, "
+        f"rate by quarter {rates} partitions/s"
+    )
+    return {
+        "partitions": count,
+        "log_bytes_each": shape["log_bytes_each"],
+        "ready_seconds": round(ready, 3),
+        "pass_wall_seconds": round(wall, 3),
+        "pass_cpu_seconds": round(cpu, 3),
+        "rate_per_quarter": rates,
+        "rate_first_quarter": rates[0],
+        "rate_last_quarter": rates[-1],
+        "rate_last_over_first": (
+            round(rates[-1] / rates[0], 3) if rates[0] and rates[-1] else None
+        ),
+        "rss_mib_end": round(b["rss_mib"], 1),
+    }
+
+
+def sweep(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    counts = [int(x) for x in args.sweep_counts.split(",")]
+    runs = {str(n): sweep_run(work, n, args.small_records, args.sweep_workers) for n in counts}
+    out: dict[str, Any] = {"workers": args.sweep_workers, "counts": runs}
+    lo, hi = str(min(counts)), str(max(counts))
+    if lo != hi:
+        out["largest_over_smallest"] = {
+            "partitions": round(max(counts) / min(counts), 3),
+            "wall": round(runs[hi]["pass_wall_seconds"] / runs[lo]["pass_wall_seconds"], 3),
+            "cpu": round(runs[hi]["pass_cpu_seconds"] / runs[lo]["pass_cpu_seconds"], 3),
+        }
+    return out
+
+
 # --- main ----------------------------------------------------------------------------------------
 
 
@@ -281,7 +351,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement (best reported)")
     p.add_argument("--idle-seconds", type=float, default=10.0, help="idle window, at least")
     p.add_argument("--idle-backoffs", default="15,1", help="log.cleaner.backoff.ms values, in s")
-    p.add_argument("--only", default=",".join(ALL), help="comma list of " + ", ".join(ALL))
+    p.add_argument("--sweep-counts", default="2000,5000", help="sweep: partition counts")
+    p.add_argument("--sweep-workers", type=int, default=1, help="sweep: log.cleaner.threads")
+    p.add_argument("--only", default=",".join(DEFAULT), help="comma list of " + ", ".join(ALL))
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run (~1 min)")
     p.add_argument("--out", default=str(ROOT / "bench" / "out"), help="data cache directory")
     p.add_argument("--shm", default="/dev/shm", help="directory for the runs (tmpfs)")
@@ -290,6 +362,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.partitions, args.small_partitions, args.records = 100, 1000, 50_000
         args.tp_partitions, args.repeat, args.idle_seconds = 4, 1, 3.0
         args.idle_backoffs = "1"
+        args.sweep_counts = "100,200"
     args.only = [x.strip() for x in args.only.split(",") if x.strip()]
     if bad := set(args.only) - set(ALL):
         p.error(f"--only: unknown {', '.join(sorted(bad))}")
@@ -330,6 +403,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
         if "throughput" in args.only:
             results["throughput"] = throughput(args, work)
+        if "sweep" in args.only:
+            results["sweep"] = sweep(args, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     emit(

@@ -23,6 +23,7 @@ from ._cleaning_plan import (
     deadline_after as deadline_after,
     plan as plan,
     rank as rank,
+    rank_key as rank_key,
     segment_written_ms as segment_written_ms,
     segments_between as segments_between,
 )

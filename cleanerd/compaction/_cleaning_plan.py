@@ -26,7 +26,7 @@ from cleanerd.storage import (
     LogSegment,
     PartitionLog,
     TopicPartition,
-    read_offset_checkpoint,
+    checkpointed_offset,
 )
 from cleanerd.topics import TopicCleanerConfig
 
@@ -115,10 +115,7 @@ class LogMeta:
 
 def cleaner_checkpoint(log: PartitionLog) -> int | None:
     """The log's entry in its log dir's ``cleaner-offset-checkpoint``, None when absent."""
-    path = log.directory.parent / CLEANER_OFFSET_CHECKPOINT
-    if not path.exists():
-        return None
-    return read_offset_checkpoint(path).get(log.topic_partition)
+    return checkpointed_offset(log.directory.parent, CLEANER_OFFSET_CHECKPOINT, log.topic_partition)
 
 
 # --- Kafka's segment-range helpers (LogSegments.values, UnifiedLog.nonActiveLogSegmentsFrom) ------
@@ -389,7 +386,8 @@ def plan(log: LogMeta, config: TopicCleanerConfig, now_ms: int) -> CleaningPlan:
     )
 
 
-def _rank_key(p: CleaningPlan) -> tuple[int, float, float, int, TopicPartition]:
+def rank_key(p: CleaningPlan) -> tuple[int, float, float, int, TopicPartition]:
+    """``rank``'s order as a key (unique: it ends with the topic partition)."""
     if p.overdue:
         return (0, -p.must_clean_ratio, -p.dirty_ratio, -p.compaction_delay_ms, p.topic_partition)
     return (1, -p.dirty_ratio, 0.0, -p.compaction_delay_ms, p.topic_partition)
@@ -403,4 +401,4 @@ def rank(plans: Iterable[CleaningPlan]) -> list[CleaningPlan]:
     the order is deterministic (Kafka's is unspecified). Callers pass only candidates: compacted
     logs that are not in progress, paused or marked uncleanable.
     """
-    return sorted((p for p in plans if p.is_cleanable), key=_rank_key)
+    return sorted((p for p in plans if p.is_cleanable), key=rank_key)

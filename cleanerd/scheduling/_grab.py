@@ -89,6 +89,13 @@ class GrabFigures:
     cleanable_logs: int  # candidates passing Kafka's cleanable test
 
 
+def due_key(p: CleaningPlan) -> tuple[int, float, float, TopicPartition]:
+    """The order of the logs due: earliest deadline, then KIP-354's must-clean ratio, the
+    dirty ratio, the name (unique). Only for plans with a deadline (``is_due`` says so)."""
+    assert p.deadline_ms is not None
+    return (p.deadline_ms, -p.must_clean_ratio, -p.dirty_ratio, p.topic_partition)
+
+
 def choose(
     plans: Sequence[CleaningPlan],
     requested: Collection[TopicPartition],
@@ -104,11 +111,9 @@ def choose(
     log KIP-354 calls overdue is due, so none waits behind a dirty one.
     """
     due = sorted(
-        (p.deadline_ms, -p.must_clean_ratio, -p.dirty_ratio, p.topic_partition)
+        due_key(p)
         for p in plans
-        if p.deadline_ms is not None
-        and p.topic_partition in leads
-        and is_due(p, leads[p.topic_partition], now_ms)
+        if p.topic_partition in leads and is_due(p, leads[p.topic_partition], now_ms)
     )
     ranked = [tp for *_, tp in due]
     first = set(ranked)

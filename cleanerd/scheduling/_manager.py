@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ from cleanerd.scheduling._grab import (
     retention_due,
 )
 from cleanerd.scheduling._metadata import MetadataCache
+from cleanerd.scheduling._queue import GrabQueue
 from cleanerd.scheduling._sizing import map_bytes_for
 from cleanerd.scheduling._snapshots import SnapshotGrab, snapshot_due
 from cleanerd.scheduling._state import (
@@ -123,6 +125,10 @@ class CleanerManager:
         self.max_dirty_ratio = 0.0  # of the last grab attempt
         self.last_grab = GrabFigures(0.0, 0, 0, 0)  # of the last grab that returned a log
         self.last_success_ms: int | None = None
+        # the grab's order and the snapshot candidates between surveys (``_queue``): None when
+        # they must be built again, as a log may have joined or changed
+        self._queue: GrabQueue | None = None
+        self._snapshot_order: deque[TopicPartition] | None = None
 
     # --- configuration and scanning ---------------------------------------------------------
     def configure(
@@ -141,6 +147,7 @@ class CleanerManager:
             self.failures.retry = retry
         if workers is not None:
             self.workers = workers
+        self._reorder()
 
     @property
     def metadata(self) -> MetadataCache:
@@ -176,6 +183,17 @@ class CleanerManager:
                 log.error("log dir survey problem", error=error)
         self.survey_errors = survey.errors
         self._plan_leads()
+        self._reorder()
+
+    def _reorder(self) -> None:
+        """Logs may have joined the candidates or changed: the next grab orders them afresh."""
+        self._queue = None
+        self._snapshot_order = None
+
+    def _drop(self, tp: TopicPartition) -> None:
+        """``tp`` stopped being a candidate (taken, reserved, paused)."""
+        if self._queue is not None:
+            self._queue.discard(tp)
 
     def _plan_leads(self) -> None:
         """Each log's lead from its expected time and the logs due before it (``queue_leads``),
@@ -307,15 +325,43 @@ class CleanerManager:
             out.append((st, entry))
         return out
 
-    def grab(self) -> Grab | None:
-        """The next log to clean, marked in progress; None when nothing is cleanable."""
-        now = self._clock()
-        self.last_run_ms = now
+    def _ordered(self, now: int) -> GrabQueue | None:
+        """The candidates in the grab's order (built when they may have changed); None while a
+        clean request waits: ``choose`` then ranks them all, as requests go first."""
+        queue = self._queue
+        if queue is not None and queue.valid_at(now):
+            return queue
+        self._queue = None
+        candidates = self._candidates(now)
+        if any(st.clean_requested for st, _ in candidates):
+            return None
+        leads = {st.tp: self._leads(st, e.settings) for st, e in candidates if e.settings}
+        backing_off = (
+            st.retry_at_ms
+            for st in self._statuses.values()
+            if st.retry_at_ms is not None and st.retry_at_ms > now
+        )
+        plans = (e.plan for _, e in candidates if e.plan is not None)
+        self._queue = GrabQueue(plans, leads, now, min(backing_off, default=None))
+        return self._queue
+
+    def _choose(self, now: int) -> tuple[TopicPartition | None, GrabFigures, bool]:
+        """The log to grab, the grab's figures, and whether an admin asked for it."""
+        queue = self._ordered(now)
+        if queue is not None:
+            return (*queue.choose(now), False)
         candidates = self._candidates(now)
         plans = [e.plan for _, e in candidates if e.plan is not None]
         requested = {st.tp for st, _ in candidates if st.clean_requested}
         leads = {st.tp: self._leads(st, e.settings) for st, e in candidates if e.settings}
         chosen, figures = choose(plans, requested, leads, now)
+        return chosen, figures, chosen in requested
+
+    def grab(self) -> Grab | None:
+        """The next log to clean, marked in progress; None when nothing is cleanable."""
+        now = self._clock()
+        self.last_run_ms = now
+        chosen, figures, requested = self._choose(now)
         self.max_dirty_ratio = figures.max_dirty_ratio
         if chosen is None:
             return None
@@ -326,6 +372,7 @@ class CleanerManager:
         st.state = IN_PROGRESS
         st.clean_requested = False
         self._stale.add(chosen)
+        self._drop(chosen)
         self._grabbed_bytes[chosen] = st.size_bytes
         _, load_factor, budget = self._config
         return Grab(
@@ -339,7 +386,7 @@ class CleanerManager:
             ),
             dirty_records=entry.dirty_records,
             max_compaction_delay_ms=figures.max_compaction_delay_ms,
-            requested=chosen in requested,
+            requested=requested,
         )
 
     @property
@@ -355,6 +402,7 @@ class CleanerManager:
     def _let_go(self, tp: TopicPartition) -> PartitionStatus | None:
         """In progress -> idle; aborted -> paused (Kafka's doneCleaning), or idle if resumed."""
         self._grabbed_bytes.pop(tp, None)
+        self._drop(tp)
         st = self._statuses.get(tp)
         if st is None:
             return None
@@ -419,15 +467,23 @@ class CleanerManager:
     def _maintainable(self) -> list[tuple[PartitionStatus, LogMeta, TopicSettings]]:
         """Compacted, idle, readable logs whose survey is current."""
         found = []
-        for tp, st in sorted(self._statuses.items()):
-            entry = self._surveyed.get(tp)
-            if entry is None or entry.settings is None or entry.meta.log is None:
-                continue
-            if tp in self.failures.unreadable:
-                continue
-            if st.compacted and st.state is IDLE and not st.uncleanable and tp not in self._stale:
-                found.append((st, entry.meta.log, entry.settings))
+        for tp in sorted(self._statuses):
+            one = self._maintainable_one(tp)
+            if one is not None:
+                found.append(one)
         return found
+
+    def _maintainable_one(
+        self, tp: TopicPartition
+    ) -> tuple[PartitionStatus, LogMeta, TopicSettings] | None:
+        st, entry = self._statuses.get(tp), self._surveyed.get(tp)
+        if st is None or entry is None or entry.settings is None or entry.meta.log is None:
+            return None
+        if tp in self.failures.unreadable:
+            return None
+        if st.compacted and st.state is IDLE and not st.uncleanable and tp not in self._stale:
+            return st, entry.meta.log, entry.settings
+        return None
 
     def rolls(self) -> list[Roll]:
         """Active segments whose roll instant has passed: their deadline (first batch +
@@ -474,6 +530,7 @@ class CleanerManager:
         if st is None or st.state is not IDLE or st.uncleanable:
             return False
         st.state = IN_PROGRESS
+        self._drop(tp)
         return True
 
     def release(self, tp: TopicPartition) -> None:
@@ -485,6 +542,9 @@ class CleanerManager:
         """A due log (overdue, or nearly: ``_deadlines``) waits for a worker: it goes before
         any snapshot."""
         now = self._clock()
+        queue = self._ordered(now)
+        if queue is not None:
+            return queue.any_due(now)
         return any(
             e.plan is not None
             and e.settings is not None
@@ -492,19 +552,34 @@ class CleanerManager:
             for st, e in self._candidates(now)
         )
 
+    def _snapshot_due(self, st: PartitionStatus, meta: LogMeta, settings: TopicSettings) -> bool:
+        # a log waiting to be cleaned is cleaned first: the snapshot then reads less, and a
+        # busy partition's snapshots never keep its cleanings (and truncation) waiting
+        snapshot_end = self._surveyed[st.tp].snapshot_end
+        return not st.cleanable and snapshot_due(meta, settings, snapshot_end)
+
     def grab_snapshot(self) -> SnapshotGrab | None:
-        """A partition due a snapshot, marked in progress; the worker ``release``s it."""
-        _, load_factor, budget = self._config
-        for st, meta, settings in self._maintainable():
-            # a log waiting to be cleaned is cleaned first: the snapshot then reads less, and a
-            # busy partition's snapshots never keep its cleanings (and truncation) waiting
-            snapshot_end = self._surveyed[st.tp].snapshot_end
-            if not st.cleanable and snapshot_due(meta, settings, snapshot_end):
-                st.state = IN_PROGRESS
-                self._stale.add(st.tp)
-                records = max(meta.log_end_offset - meta.log_start_offset, 1)
-                size = map_bytes_for(records, settings.strategy, load_factor, budget)
-                return SnapshotGrab(st.tp, st.directory, settings, size, records)
+        """A partition due a snapshot, marked in progress; the worker ``release``s it. The due
+        ones are listed once per survey, by partition (what makes one due changes only with a
+        survey); one that stopped being maintainable leaves the list."""
+        order = self._snapshot_order
+        if order is None:
+            order = self._snapshot_order = deque(
+                st.tp for st, meta, ts in self._maintainable() if self._snapshot_due(st, meta, ts)
+            )
+        while order:
+            one = self._maintainable_one(order[0])
+            order.popleft()
+            if one is None:
+                continue
+            st, meta, settings = one
+            _, load_factor, budget = self._config
+            st.state = IN_PROGRESS
+            self._stale.add(st.tp)
+            self._drop(st.tp)
+            records = max(meta.log_end_offset - meta.log_start_offset, 1)
+            size = map_bytes_for(records, settings.strategy, load_factor, budget)
+            return SnapshotGrab(st.tp, st.directory, settings, size, records)
         return None
 
     def snapshot_taken(
@@ -537,8 +612,8 @@ class CleanerManager:
         if st is not None:
             self._add_pauses(st, 1)
 
-    @staticmethod
-    def _add_pauses(st: PartitionStatus, count: int) -> None:
+    def _add_pauses(self, st: PartitionStatus, count: int) -> None:
+        self._drop(st.tp)
         st.paused_count += count
         if st.state is IN_PROGRESS:
             st.state = ABORTED
@@ -579,12 +654,14 @@ class CleanerManager:
         self.failures.resume(tp)  # the next survey and grab try it again
         st.failures, st.retry_at_ms = 0, None
         st.uncleanable = False
+        self._reorder()
 
     def request_clean(self, tp: TopicPartition) -> None:
         """Clean at the next grab whatever the ratio (not while paused or uncleanable)."""
         st = self._statuses.get(tp)
         if st is not None:
             st.clean_requested = True
+            self._reorder()
 
     # --- reading ----------------------------------------------------------------------------
     def status(self, tp: TopicPartition) -> PartitionStatus | None:

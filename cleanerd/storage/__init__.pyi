@@ -10,6 +10,7 @@ from ._checkpoints import (
     RECOVERY_POINT_CHECKPOINT as RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT as REPLICATION_OFFSET_CHECKPOINT,
     TMP_SUFFIX as TMP_SUFFIX,
+    checkpointed_offset as checkpointed_offset,
     fsync_dir as fsync_dir,
     read_any_checkpoint as read_any_checkpoint,
     read_offset_checkpoint as read_offset_checkpoint,

@@ -5,18 +5,28 @@ The broker reads these files after we write them, so the writers produce exactly
 The readers follow Kafka's parsing rules (Java ``readLine`` line breaks, fields split on runs of
 Java whitespace, Java-style integers) but every failure becomes a :class:`CheckpointError` that
 names the file and the 1-based line, never a bare ``ValueError``.
+
+The log-dir offset checkpoints hold one line per partition, and the cleaner rewrites its file
+after every cleaning (as Kafka's ``LogCleanerManager.updateCheckpoints`` does). Parsing and
+formatting every line each time made a cleaning cost O(partitions); so each file's last parse is
+kept with the exact bytes it came from (``_OffsetFile``): a read whose bytes are the same reuses
+it, and an update changes only its own lines. The bytes are always read and compared, so a file
+another process rewrote is parsed again; the write itself is unchanged (temp, fsync, rename).
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import contextlib
 import fcntl
 import operator
 import os
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import SupportsIndex, TypeVar, cast
@@ -117,14 +127,23 @@ def _show(text: str) -> str:
     return repr(text[:_SHOW_MAX]) + ("..." if len(text) > _SHOW_MAX else "")
 
 
-def _read_text(path: Path) -> str | None:
-    """The file as text, or None if it does not exist."""
+def _read_bytes(path: Path) -> bytes | None:
+    """The file's bytes, or None if it does not exist."""
     try:
-        data = read_regular(path)  # a FIFO or symlink under a checkpoint's name is refused
+        return read_regular(path)  # a FIFO or symlink under a checkpoint's name is refused
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise _error(path, None, f"cannot read: {exc.strerror or exc}") from exc
+
+
+def _read_text(path: Path) -> str | None:
+    """The file as text, or None if it does not exist."""
+    data = _read_bytes(path)
+    return None if data is None else _decode(path, data)
+
+
+def _decode(path: Path, data: bytes) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -161,8 +180,11 @@ def _java_int(text: str, bounds: tuple[int, int]) -> int | None:
 def _read_entries(path: Path, parse: Callable[[str, list[str]], T]) -> list[T]:
     """Kafka's common layout: version, count, entries. Missing or empty file = no entries."""
     text = _read_text(path)
-    if text is None:
-        return []
+    return [] if text is None else _parse_entries(path, text, parse)
+
+
+def _parse_entries(path: Path, text: str, parse: Callable[[str, list[str]], T]) -> list[T]:
+    """``_read_entries`` of the file's text."""
     lines = _lines(text)
     if not lines:
         return []
@@ -202,6 +224,70 @@ def _checkpoint_bytes(entries: list[str]) -> bytes:
     return "".join(line + "\n" for line in lines).encode("utf-8")
 
 
+def _offset_line(tp: TopicPartition, offset: int) -> str:
+    return f"{tp.topic} {tp.partition} {offset}\n"
+
+
+@dataclass(frozen=True, slots=True)
+class _OffsetFile:
+    """One offset checkpoint as last read or written here: its exact bytes, its entries, and
+    (once written or updated here) its entry lines in the order they are written (sorted)."""
+
+    raw: bytes
+    entries: dict[TopicPartition, int]  # never changed once kept: callers get copies
+    keys: tuple[TopicPartition, ...] | None = None
+    lines: tuple[str, ...] | None = None
+
+    def sorted_lines(self) -> tuple[list[TopicPartition], list[str]]:
+        """The sorted keys and their lines, as lists to change."""
+        if self.keys is not None and self.lines is not None:
+            return list(self.keys), list(self.lines)
+        keys = sorted(self.entries)
+        return keys, [_offset_line(tp, self.entries[tp]) for tp in keys]
+
+    @classmethod
+    def of_lines(
+        cls, keys: list[TopicPartition], lines: list[str], entries: dict[TopicPartition, int]
+    ) -> _OffsetFile:
+        raw = f"{CHECKPOINT_VERSION}\n{len(lines)}\n{''.join(lines)}".encode()
+        return cls(raw, entries, tuple(keys), tuple(lines))
+
+
+_KEPT_FILES = 64
+"""Offset checkpoint files whose last parse is kept (a daemon has four per log dir)."""
+
+_OFFSET_FILES: OrderedDict[str, _OffsetFile] = OrderedDict()
+_OFFSET_FILES_GUARD = threading.Lock()
+
+
+def _kept(path: Path) -> _OffsetFile | None:
+    with _OFFSET_FILES_GUARD:
+        return _OFFSET_FILES.get(os.path.abspath(path))
+
+
+def _keep(path: Path, parsed: _OffsetFile) -> None:
+    key = os.path.abspath(path)
+    with _OFFSET_FILES_GUARD:
+        _OFFSET_FILES[key] = parsed
+        _OFFSET_FILES.move_to_end(key)
+        while len(_OFFSET_FILES) > _KEPT_FILES:
+            _OFFSET_FILES.popitem(last=False)
+
+
+def _offset_file(path: Path) -> _OffsetFile | None:
+    """The file's entries (None: no file): the kept parse when its bytes are the same."""
+    raw = _read_bytes(path)
+    if raw is None:
+        return None
+    kept = _kept(path)
+    if kept is not None and kept.raw == raw:
+        return kept
+    entries = dict(_parse_entries(path, _decode(path, raw), _parse_offset_entry))
+    parsed = _OffsetFile(raw, entries)
+    _keep(path, parsed)
+    return parsed
+
+
 def _parse_offset_entry(line: str, fields: list[str]) -> tuple[TopicPartition, int]:
     if len(fields) != 3:
         raise _BadLineError(f"expected 'topic partition offset', got {_show(line)}")
@@ -221,10 +307,8 @@ def _parse_offset_entry(line: str, fields: list[str]) -> tuple[TopicPartition, i
 
 def checkpointed_offset(log_dir: Path, name: str, tp: TopicPartition) -> int | None:
     """``tp``'s entry in the log dir's offset checkpoint ``name`` (None: no file, or no entry)."""
-    path = Path(log_dir) / name
-    if not path.exists():
-        return None
-    return read_offset_checkpoint(path).get(tp)
+    found = _offset_file(Path(log_dir) / name)
+    return None if found is None else found.entries.get(tp)
 
 
 def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
@@ -232,22 +316,28 @@ def read_offset_checkpoint(path: Path) -> dict[TopicPartition, int]:
 
     Duplicate partitions are allowed and the last one wins, as in Kafka.
     """
-    return dict(_read_entries(path, _parse_offset_entry))
+    found = _offset_file(Path(path))
+    return {} if found is None else found.entries.copy()  # a dict's copy: no per-entry work
+
+
+def _checked_entry(path: Path, key: tuple[str, int], value: object) -> tuple[TopicPartition, int]:
+    """An entry about to be written, checked so we never write a file Kafka rejects."""
+    topic, partition = key
+    try:
+        validate_topic_name(topic)
+    except StorageError as exc:
+        raise _error(path, None, f"cannot write entry: {exc}") from None
+    part = _as_int(partition, (0, MAX_PARTITION), "partition", path)
+    return TopicPartition(topic, part), _as_int(value, _INT64, "offset", path)
 
 
 def write_offset_checkpoint(path: Path, entries: Mapping[TopicPartition, int]) -> None:
     """Atomically write ``entries`` sorted by (topic, partition) so output is deterministic."""
-    rows: list[tuple[TopicPartition, int]] = []
-    for key, value in entries.items():
-        topic, partition = key
-        try:
-            validate_topic_name(topic)
-        except StorageError as exc:
-            raise _error(path, None, f"cannot write entry: {exc}") from None
-        part = _as_int(partition, (0, MAX_PARTITION), "partition", path)
-        rows.append((TopicPartition(topic, part), _as_int(value, _INT64, "offset", path)))
-    rows.sort()
-    atomic_write(path, _checkpoint_bytes([f"{tp.topic} {tp.partition} {off}" for tp, off in rows]))
+    rows = dict(_checked_entry(path, key, value) for key, value in entries.items())
+    keys = sorted(rows)
+    written = _OffsetFile.of_lines(keys, [_offset_line(tp, rows[tp]) for tp in keys], rows)
+    atomic_write(path, written.raw)
+    _keep(path, written)
 
 
 _NOTHING: Mapping[TopicPartition, int] = MappingProxyType({})
@@ -264,14 +354,31 @@ def update_offset_checkpoint(
     process (the daemon's workers) are serialised per file, and processes sharing the log dir
     (Spark's plan A tasks, under one driver's log dir lock) by an flock of the directory.
     """
-    with _file_lock(path), _dir_flock(Path(path).parent):
-        current = read_offset_checkpoint(path)
-        for tp in remove:
-            current.pop(TopicPartition(*tp), None)
-        for tp, offset in set.items():
-            current[TopicPartition(*tp)] = offset
-        write_offset_checkpoint(path, current)
-        return current
+    path = Path(path)
+    with _file_lock(path), _dir_flock(path.parent):
+        found = _offset_file(path)
+        if found is None:
+            found = _OffsetFile(b"", {}, (), ())
+        current = found.entries.copy()
+        keys, lines = found.sorted_lines()  # only the changed lines are made again
+        for key in remove:
+            tp = TopicPartition(*key)
+            if current.pop(tp, None) is not None:
+                at = bisect.bisect_left(keys, tp)
+                del keys[at], lines[at]
+        for key, value in set.items():
+            tp, offset = _checked_entry(path, key, value)
+            at = bisect.bisect_left(keys, tp)
+            if tp in current:
+                lines[at] = _offset_line(tp, offset)
+            else:
+                keys.insert(at, tp)
+                lines.insert(at, _offset_line(tp, offset))
+            current[tp] = offset
+        written = _OffsetFile.of_lines(keys, lines, current)
+        atomic_write(path, written.raw)
+        _keep(path, written)
+        return current.copy()
 
 
 _FILE_LOCKS: dict[str, threading.Lock] = {}

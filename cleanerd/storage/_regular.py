@@ -182,12 +182,27 @@ def segment_log_stats(
     """
     found: dict[int, tuple[str, os.stat_result]] = {}
     bad: list[tuple[str, str]] = []
-    for name, path, st in _lstat_entries(directory, names):
-        kind = kind_of(st.st_mode)
-        if kind is not None:
-            bad.append((path, kind))
-        elif name.endswith(LOG_SUFFIX):
-            found[offset_from_name(name)] = (path, st)
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            name = entry.name
+            if names is not None:
+                names.append(name)
+            if not is_segment_file_name(name):
+                continue
+            log = name.endswith(LOG_SUFFIX)
+            # an index or temporary file the listing says is regular needs no stat: only the
+            # .log files' stats are returned (the daemon's survey lists every partition)
+            if not log and entry.is_file(follow_symlinks=False):
+                continue
+            try:  # os.stat, not entry.stat: the same call as every other stat here
+                st = os.stat(entry.path, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # gone while listed (a swap or a deletion by another process)
+            kind = kind_of(st.st_mode)
+            if kind is not None:
+                bad.append((entry.path, kind))
+            elif log:
+                found[offset_from_name(name)] = (entry.path, st)
     if bad and not skip:
         raise refusal(*min(bad))
     return found

@@ -216,6 +216,40 @@ def test_update_refuses_to_overwrite_a_corrupt_file(tmp_path: Path) -> None:
     assert path.read_bytes() == b"0\n5\nt 0 1\n"
 
 
+def test_kept_parse_never_hides_a_rewrite(tmp_path: Path) -> None:
+    """The last parse is reused only for the same bytes: another writer's rewrite in place, of
+    the same size and with the old mtime and inode, is read again (by reads and by updates)."""
+    path = tmp_path / CLEANER_OFFSET_CHECKPOINT
+    write_offset_checkpoint(path, {TP("t", 0): 5, TP("t", 1): 7})
+    assert cp.checkpointed_offset(tmp_path, CLEANER_OFFSET_CHECKPOINT, TP("t", 0)) == 5
+    before = path.stat()
+    with open(path, "r+b") as f:  # the same inode, the same length
+        f.write(b"0\n2\nt 0 6\nu 1 7\n")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (path.stat().st_ino, path.stat().st_size) == (before.st_ino, before.st_size)
+    assert read_offset_checkpoint(path) == {TP("t", 0): 6, TP("u", 1): 7}
+    assert cp.checkpointed_offset(tmp_path, CLEANER_OFFSET_CHECKPOINT, TP("t", 0)) == 6
+    update_offset_checkpoint(path, set={TP("t", 2): 1})
+    assert path.read_bytes() == b"0\n3\nt 0 6\nt 2 1\nu 1 7\n"
+    path.write_bytes(b"0\n3\nt 0 6\n")  # now corrupt: the kept parse must not answer
+    with pytest.raises(CheckpointError, match="count says 3"):
+        read_offset_checkpoint(path)
+    with pytest.raises(CheckpointError):
+        update_offset_checkpoint(path, set={TP("t", 0): 9})
+
+
+def test_reads_are_copies(tmp_path: Path) -> None:
+    path = tmp_path / CLEANER_OFFSET_CHECKPOINT
+    write_offset_checkpoint(path, {TP("t", 0): 5})
+    first = read_offset_checkpoint(path)
+    first[TP("t", 0)] = 99
+    first[TP("x", 0)] = 1
+    assert read_offset_checkpoint(path) == {TP("t", 0): 5}
+    written = update_offset_checkpoint(path, set={TP("t", 1): 2})
+    written.clear()
+    assert read_offset_checkpoint(path) == {TP("t", 0): 5, TP("t", 1): 2}
+
+
 topics = st.text(alphabet="abcXYZ019._-", min_size=1, max_size=30).filter(
     lambda t: t not in (".", "..")
 )
@@ -233,6 +267,41 @@ def test_offset_round_trip_property(tmp_path: Path, entries: dict[TP, int]) -> N
     expected = [f"{tp.topic} {tp.partition} {off}\n" for tp, off in sorted(entries.items())]
     assert path.read_bytes() == f"0\n{len(entries)}\n{''.join(expected)}".encode()
     assert read_offset_checkpoint(path) == entries
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    start=st.lists(st.tuples(st.sampled_from("abc"), st.integers(0, 12), st.integers(-5, 99))),
+    steps=st.lists(
+        st.tuples(
+            st.dictionaries(
+                st.builds(TP, st.sampled_from("abcd"), st.integers(0, 12)), st.integers(-5, 99)
+            ),
+            st.lists(st.builds(TP, st.sampled_from("abcd"), st.integers(0, 12))),
+        ),
+        max_size=12,
+    ),
+)
+def test_updates_write_what_a_full_rewrite_would(
+    tmp_path: Path,
+    start: list[tuple[str, int, int]],
+    steps: list[tuple[dict[TP, int], list[TP]]],
+) -> None:
+    """Updates change only their own lines of the kept parse; the file must still be Kafka's
+    whole file for the entries: sorted, counted, each once (the start file as a broker might
+    write it: any order, duplicates whose last one wins)."""
+    path = tmp_path / CLEANER_OFFSET_CHECKPOINT
+    lines = "".join(f"{t} {p} {o}\n" for t, p, o in start)
+    path.write_bytes(f"0\n{len(start)}\n{lines}".encode())
+    expected = {TP(t, p): o for t, p, o in start}
+    for set_, remove in steps:
+        for tp in remove:
+            expected.pop(tp, None)
+        expected.update(set_)
+        assert update_offset_checkpoint(path, set=set_, remove=remove) == expected
+        rows = "".join(f"{tp.topic} {tp.partition} {o}\n" for tp, o in sorted(expected.items()))
+        assert path.read_bytes() == f"0\n{len(expected)}\n{rows}".encode()
+        assert read_offset_checkpoint(path) == expected
 
 
 @FUZZ

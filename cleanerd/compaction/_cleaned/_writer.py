@@ -106,7 +106,7 @@ def gather(
         i += 1
 
 
-@njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def fitting(size: Arr, last: Arr, lo: int, used: int, base: int, max_bytes: int) -> int:
     """The first batch from ``lo`` that would not fit a segment at ``base`` already holding
     ``used`` bytes: its bytes would pass ``max_bytes`` or its last offset the 32-bit relative
