@@ -189,6 +189,17 @@ def test_the_bench_needs_only_the_fuzz_library_of_the_tests() -> None:
     assert problems == []
 
 
+def test_every_kernel_is_made_by_the_one_decorator() -> None:
+    """``cleanerd._kernel.kernel`` is how a kernel is made (its cache loads without numba's
+    compiler); a bare ``njit`` elsewhere would set that compiler up for every command again."""
+    bare = [
+        str(path.relative_to(REPO))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "_kernel.py" and re.search(r"\bnjit\b|numba\.jit\b", path.read_text())
+    ]
+    assert bare == []
+
+
 def test_architecture_names_only_real_modules() -> None:
     """docs/architecture.md is a newcomer's map: every module path it names must exist."""
     text = (REPO / "docs" / "architecture.md").read_text()
