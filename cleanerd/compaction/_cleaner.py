@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cleanerd.compaction._batches import fold_producers, segments_between
 from cleanerd.compaction._cleaned._group_swap import new_cleaned_segment, replace_group
 from cleanerd.compaction._cleaned._group_writer import write_group
 from cleanerd.compaction._cleaning_plan import CleaningPlan
-from cleanerd.compaction._filter import PassContext, ProducerTable
+from cleanerd.compaction._filter import PassContext, ProducerTable, legacy_delete_horizon
 from cleanerd.compaction._grouping import SegmentSizes, group_items
 from cleanerd.compaction._offset_map._build import build_offset_map, update_from_clean_prefix
 from cleanerd.compaction._offset_map._map import OffsetMap
@@ -189,6 +189,13 @@ class Cleaner:
         sources = segments_between(cleanable, -1, end)
         self._check(sources, build.checked, on_chunk)
         ctx = self._context(log, config, strategy, now_ms, upper, cache, keep_tombstones_from)
+        below = [s for s in segments if s.base_offset < start][-1:]  # Kafka's logSegments(0, start)
+        ctx = replace(
+            ctx,
+            legacy_delete_horizon_ms=legacy_delete_horizon(
+                [s.last_modified_ms for s in below], config.delete_retention_ms
+            ),
+        )
         meta = CleanedTransactionMetadata()
         groups = group_items(
             sources,
