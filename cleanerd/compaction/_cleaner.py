@@ -189,13 +189,8 @@ class Cleaner:
         sources = segments_between(cleanable, -1, end)
         self._check(sources, build.checked, on_chunk)
         ctx = self._context(log, config, strategy, now_ms, upper, cache, keep_tombstones_from)
-        below = [s for s in segments if s.base_offset < start][-1:]  # Kafka's logSegments(0, start)
-        ctx = replace(
-            ctx,
-            legacy_delete_horizon_ms=legacy_delete_horizon(
-                [s.last_modified_ms for s in below], config.delete_retention_ms
-            ),
-        )
+        horizon = legacy_delete_horizon(segments, start, config.delete_retention_ms)
+        ctx = replace(ctx, legacy_delete_horizon_ms=horizon)
         meta = CleanedTransactionMetadata()
         groups = group_items(
             sources,

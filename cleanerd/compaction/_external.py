@@ -96,9 +96,11 @@ def pass_context(
     upper: int,
     producers: Mapping[int, LastRecord],
     tombstones_kept_from: int = LONG_MAX,
+    legacy_delete_horizon_ms: int = 0,
 ) -> PassContext:
     """Pass 2's fixed context, as ``Cleaner`` builds it (``tombstones_kept_from``: the oldest
-    snapshot's end, see ``tombstone_floor``)."""
+    snapshot's end, see ``tombstone_floor``; ``legacy_delete_horizon_ms``: see
+    ``legacy_delete_horizon``)."""
     return PassContext(
         omap=omap,
         strategy=strategy,
@@ -107,6 +109,7 @@ def pass_context(
         upper_bound=upper,
         producers=ProducerTable(producers),
         tombstones_kept_from=tombstones_kept_from,
+        legacy_delete_horizon_ms=legacy_delete_horizon_ms,
     )
 
 

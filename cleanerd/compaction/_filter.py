@@ -24,7 +24,7 @@ says why), so its verdict is ``OffsetMap.should_retain``'s.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +57,7 @@ from cleanerd.format import (
     kernels as k,
     legacy_rows,
 )
+from cleanerd.storage import LogSegment
 from cleanerd.topics import StrategyConfig
 
 Arr = npt.NDArray[Any]
@@ -390,11 +391,14 @@ class LegacyEmptyBatchError(RuntimeError):
     IllegalStateException)."""
 
 
-def legacy_delete_horizon(modified_ms: list[int], delete_retention_ms: int) -> int:
+def legacy_delete_horizon(
+    segments: Sequence[LogSegment], first_dirty: int, delete_retention_ms: int
+) -> int:
     """Kafka's ``legacyDeleteHorizonMs`` (docs/kafka-format.md §4.9): the mtime of the last
-    segment below the first dirty offset (``modified_ms``, in offset order) less
+    segment of ``logSegments(0, firstDirtyOffset)`` (``segments`` in offset order) less
     delete.retention.ms; 0 when there is none."""
-    return modified_ms[-1] - delete_retention_ms if modified_ms else 0
+    below = [s for s in segments if s.base_offset < first_dirty]
+    return below[-1].last_modified_ms - delete_retention_ms if below else 0
 
 
 def legacy_rule(

@@ -56,6 +56,7 @@ from cleanerd.compaction import (
     Throttler,
     TxnState,
     last_records,
+    legacy_delete_horizon,
     pass_context,
     pass_groups,
     restore_state,
@@ -123,6 +124,7 @@ class WriteJob:
     states: tuple[TxnState, ...]
     created_ms: int
     tombstones_kept_from: int = LONG_MAX  # the oldest snapshot's end (external.tombstone_floor)
+    legacy_delete_horizon_ms: int = 0  # for magic 0/1 tombstones (legacy_delete_horizon)
     before_write: str | None = None  # BEFORE_WRITE_CONF's ``module:function``
 
     def write(self, group: int, hashes: Any, offsets: Any, versions: Any, has: Any) -> None:
@@ -138,6 +140,7 @@ class WriteJob:
             self.upper,
             self.producers,
             self.tombstones_kept_from,
+            self.legacy_delete_horizon_ms,
         )
         stats = CleanerStats()
         where = group_dir(Path(self.staging), group)
@@ -240,6 +243,9 @@ class SparkPass:
                 states=states,
                 created_ms=log.clock(),
                 tombstones_kept_from=tombstone_floor(log),
+                legacy_delete_horizon_ms=legacy_delete_horizon(
+                    segments, start, config.delete_retention_ms
+                ),
                 before_write=before_write or None,
             )
             times.prepare = time.monotonic() - t0
