@@ -50,6 +50,7 @@ from cleanerd.format import (
     I64,
     LONG_MAX,
     LONG_MIN,
+    MIXED_MAGIC,
     U8,
     data_ptr as _data_ptr,
     index_batches,
@@ -326,7 +327,9 @@ def decide_chunk(
 
     need_horizon = (kept_tomb | marker_for_empty_txn) & ~has_horizon
     if old is not None:
-        need_horizon &= ~old  # no delete horizon before magic 2 (MemoryRecords.filterTo)
+        # no delete horizon before magic 2; a wrapper holding messages of another magic is
+        # written again, whole or not (KAFKA-4298; MemoryRecords.filterTo)
+        need_horizon = (need_horizon & ~old) | (old & ((attrs & MIXED_MAGIC) != 0))
     action = np.full(nb, Action.DROP, dtype=np.int8)
     some = kept > 0
     action[some & (kept == counts) & ~need_horizon] = Action.COPY

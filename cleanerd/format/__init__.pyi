@@ -41,6 +41,7 @@ from ._header import (
 )
 from ._indexing import index_and_hash as index_and_hash, index_batches as index_batches
 from ._legacy import (
+    MIXED_MAGIC as MIXED_MAGIC,
     LegacyRecord as LegacyRecord,
     build_legacy as build_legacy,
     is_legacy as is_legacy,

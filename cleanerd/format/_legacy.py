@@ -34,6 +34,7 @@ I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 
 __all__ = [
+    "MIXED_MAGIC",
     "LegacyRecord",
     "build_legacy",
     "complete_rows",
@@ -48,6 +49,9 @@ ATTRIBUTES_AT = 17
 TIMESTAMP_AT = 18  # int64, v1 only
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE = 0x08  # v1: LogAppendTime
+MIXED_MAGIC = 0x80
+"""Set in a wrapper's row attributes (never written; unused by v2) when an inner message has
+another magic than the wrapper (KAFKA-4298): the cleaner writes it again even when whole."""
 _OVERHEAD = (14, 22)  # bytes after the size field without key and value: v0, v1
 _KEY_AT = (18, 26)  # where the key length sits, from the message's first byte
 _HEAD = struct.Struct(">qi")
@@ -278,6 +282,8 @@ def complete_rows(arr: U8, batches: I64, check_crc: bool) -> tuple[I64, int, str
                     out = batches.copy()
                 out[i, k.B_BASE_OFFSET] = msgs[0].offset + add
                 out[i, k.B_COUNT] = len(msgs)
+                if any(x.magic != m.magic for x in msgs):
+                    out[i, k.B_ATTRIBUTES] |= MIXED_MAGIC
         except _LegacyError as e:
             return out, i, f"magic {int(batches[i, k.B_MAGIC])} message: {e}"
     return out, batches.shape[0], ""

@@ -6,6 +6,7 @@ kafka-python: each kept record still in its magic and codec, every CRC32 valid."
 
 from __future__ import annotations
 
+import gzip
 import os
 import random
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from cleanerd.compaction._filter import LegacyEmptyBatchError
 from cleanerd.inspect import verify_path
 from cleanerd.storage import PartitionLog
 from tests.support.cleaning import DAY, clean, write_segment
-from tests.support.legacy import CODECS, ReadRecord, Rec, legacy_set, read_back, v2_batch
+from tests.support.legacy import CODECS, ReadRecord, Rec, legacy_set, read_back, v2_batch, wrapper
 
 T0 = 1_600_000_000_000  # an mtime, in ms
 
@@ -216,3 +217,26 @@ def test_emptied_legacy_message_ending_the_round_stops_the_clean(tmp_path: Path)
         clean(log, 0, 2)
     assert (d / f"{0:020d}.log").read_bytes() == before
     assert not list(d.glob("*.cleaned"))
+
+
+def test_wrapper_holding_another_magic_is_written_again_whole(tmp_path: Path) -> None:
+    """KAFKA-4298: a v1 wrapper whose inner messages are v0 keeps every record but is written
+    again, its inner messages now v1 (``MemoryRecords.filterTo``: ``writeOriginalBatch`` false);
+    a wrapper of one magic that keeps everything is copied as it is."""
+    d = tmp_path / "t-0"
+    inner = legacy_set(0, "none", [(i, 0, b"k%d" % i, b"v%d" % i) for i in range(3)])
+    mixed = wrapper(1, 1, gzip.compress(inner), offset=2, timestamp=50)
+    same = legacy_set(1, "gzip", [(3 + i, 60 + i, b"j%d" % i, b"w") for i in range(2)])
+    write_segment(d, 0, [mixed, same])
+    write_segment(d, 5, [v2_batch(5, "none", [(5, 0, b"z", b"z")])])
+    log = PartitionLog(d)
+    clean(log, 0, 5)
+    data = (d / f"{0:020d}.log").read_bytes()
+    out, batches = read_back(d / f"{0:020d}.log")
+    assert [(r.offset, r.key) for r in out][:3] == [(0, b"k0"), (1, b"k1"), (2, b"k2")]
+    assert batches[:2] == [(1, 1, 2), (1, 1, 4)]
+    from kafka.record import MemoryRecords  # noqa: PLC0415 (the independent reader)
+
+    first = MemoryRecords(data).next_batch()
+    assert {r.magic for r in first} == {1}  # was 0
+    assert data.endswith(same)  # copied byte for byte

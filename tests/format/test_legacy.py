@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,7 @@ from cleanerd.format import (
 from cleanerd.format._legacy import LegacyRecord, build_legacy, records_of, xxh32_short
 from cleanerd.inspect import verify_path
 from tests.support.bombs import compressed_bomb
-from tests.support.legacy import Rec, legacy_set, v2_batch
+from tests.support.legacy import Rec, legacy_set, set_crc, v2_batch, wrapper
 
 PATH = "/data/old-0/00000000000000000000.log"
 
@@ -144,17 +143,8 @@ def _error(data: bytes) -> CorruptRecordError:
     return scan.error
 
 
-def _set_crc(msg: bytearray, pos: int = 0) -> None:
-    size = struct.unpack_from(">i", msg, pos + 8)[0]
-    struct.pack_into(">I", msg, pos + 12, zlib.crc32(bytes(msg[pos + 16 : pos + 12 + size])))
-
-
 def _wrapper(magic: int, codec: int, value: bytes, offset: int = 10) -> bytes:
-    body = bytes((magic, codec)) + (struct.pack(">q", 0) if magic else b"")
-    body += struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
-    msg = bytearray(struct.pack(">qiI", offset, len(body) + 4, 0) + body)
-    _set_crc(msg)
-    return bytes(msg)
+    return wrapper(magic, codec, value, offset)
 
 
 GOOD = legacy_set(1, "none", _records(1, 0))
@@ -208,7 +198,7 @@ def test_inner_size_past_the_value_checked_before_reading() -> None:
 def test_key_or_value_length_past_the_message(field_at: int) -> None:
     bad = bytearray(legacy_set(1, "none", [(1, 5, b"kk", b"vv")]))
     struct.pack_into(">i", bad, field_at, 1 << 20)
-    _set_crc(bad)
+    set_crc(bad)
     err = _error(GOOD + bytes(bad))
     assert err.position == POS
     assert "length" in err.reason
@@ -226,7 +216,7 @@ def test_empty_and_null_wrappers_refused() -> None:
     null = bytearray(_wrapper(1, 1, b""))
     struct.pack_into(">i", null, len(null) - 4, -1)
     struct.pack_into(">i", null, 8, len(null) - 12 - 0)
-    _set_crc(null)
+    set_crc(null)
     assert "null value" in _error(GOOD + bytes(null)).reason
 
 

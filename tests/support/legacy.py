@@ -59,6 +59,22 @@ def legacy_set(
     return bytes(out)
 
 
+def set_crc(msg: bytearray, pos: int = 0) -> None:
+    """Write the CRC32 of the legacy message at ``pos`` again."""
+    size = struct.unpack_from(">i", msg, pos + 8)[0]
+    struct.pack_into(">I", msg, pos + 12, zlib.crc32(bytes(msg[pos + 16 : pos + 12 + size])))
+
+
+def wrapper(magic: int, codec: int, value: bytes, offset: int, timestamp: int = 0) -> bytes:
+    """A wrapper message around ``value`` (already compressed, or any bytes), by hand: for
+    sets kafka-python would not write (hostile ones, inner messages of another magic)."""
+    body = bytes((magic, codec)) + (struct.pack(">q", timestamp) if magic else b"")
+    body += struct.pack(">i", -1) + struct.pack(">i", len(value)) + value
+    msg = bytearray(struct.pack(">qiI", offset, len(body) + 4, 0) + body)
+    set_crc(msg)
+    return bytes(msg)
+
+
 def v2_batch(base_offset: int, codec: str, records: Sequence[Rec]) -> bytes:
     """A kafka-python v2 batch with its records at ``base_offset`` onwards (no producer)."""
     b = DefaultRecordBatchBuilder(
