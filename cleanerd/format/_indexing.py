@@ -16,10 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from cleanerd.format import _legacy as legacy, kernels as k
+from cleanerd.format._codecs import LIMIT_SETTING, decompression_limit
 from cleanerd.format._crc import crc_reason
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_TIMESTAMP_TYPE
-from cleanerd.format._payloads import lay_out
+from cleanerd.format._payloads import CHUNK_PAYLOADS_FACTOR, lay_out
 from cleanerd.format._scan import I64, U8, U64, Buffer, as_uint8, first_crc_mismatch
 
 _RECORD_REASONS = {
@@ -171,8 +172,12 @@ def _index_mixed(
             p2, r2, _ = _index(arr, batches[v2], path, prev_last_offset, False, check_crc=check_crc)
         except CorruptRecordError as e:
             errors.append(e)
+    limit = decompression_limit()
+    cap = CHUNK_PAYLOADS_FACTOR * limit
+    bound = (cap, f"this batch and the ones read with it decompress past {cap} bytes together"
+                  f" ({CHUNK_PAYLOADS_FACTOR} x {LIMIT_SETTING} = {limit})")  # fmt: skip
     try:
-        p1, r1 = legacy.index_rows(arr, batches[old], path, check_crc)
+        p1, r1 = legacy.index_rows(arr, batches[old], path, check_crc, bound)
     except CorruptRecordError as e:
         errors.append(e)
     if errors:

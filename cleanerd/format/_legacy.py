@@ -306,13 +306,20 @@ def _records_of(
     return memoryview(value), msgs, add, lat
 
 
-def index_rows(arr: U8, batches: I64, path: str | None, check_crc: bool = False) -> tuple[U8, I64]:
+def index_rows(
+    arr: U8,
+    batches: I64,
+    path: str | None,
+    check_crc: bool = False,
+    bound: tuple[int, str] | None = None,
+) -> tuple[U8, I64]:
     """The record index of legacy rows ``batches`` (all magic 0 or 1, checked by a scan).
 
     Returns ``(payload, records)`` like ``index_batches``: each message's bytes (a wrapper's
     decompressed inner messages) laid end to end in a new buffer, one ``R_*`` row per record,
     ``R_BATCH`` the row in ``batches``, no headers. Raises CorruptRecordError naming the row's
-    position.
+    position; ``bound``: ``(bytes, reason)``, the most all rows may take decompressed (each
+    wrapper is within ``max.decompressed.message.bytes`` already), as the v2 chunk bound.
     """
     mv = arr.data
     parts: list[bytes | memoryview] = []
@@ -330,6 +337,8 @@ def index_rows(arr: U8, batches: I64, path: str | None, check_crc: bool = False)
                 last_good_offset=int(batches[b - 1, k.B_LAST_OFFSET]) if b else -1,
             ) from None
         lo, hi = msgs[0].pos, msgs[-1].pos + msgs[-1].size
+        if bound is not None and base + hi - lo > bound[0]:
+            raise CorruptRecordError(bound[1], path=path, position=int(row[k.B_POS]))
         parts.append(data[lo:hi])
         shift = base - lo
         for m in msgs:

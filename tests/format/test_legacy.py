@@ -248,3 +248,19 @@ def test_dump_and_verify_read_a_legacy_partition(tmp_path: Path) -> None:
     bad[40] ^= 0x10  # inside the first (gzip) wrapper: its CRC32 no longer matches
     seg.write_bytes(bytes(bad))
     assert not verify_path(tmp_path).ok
+
+
+def test_many_wrappers_each_under_the_bound_stop_at_the_chunk_bound() -> None:
+    """As for v2 chunks: wrappers read together take at most 4 x the bound decompressed."""
+    big = [
+        wrapper(1, 1, gzip.compress(legacy_set(1, "none", [(i, 0, b"k", bytes(900_000))])), i)
+        for i in range(1, 7)
+    ]
+    data = GOOD + b"".join(big)
+    with limit_decompression(1 << 20):
+        scan = scan_batches(data, path=PATH)
+        assert scan.error is None  # each wrapper alone is within the bound
+        with pytest.raises(CorruptRecordError, match="together") as info:
+            index_batches(data, scan.batches, path=PATH)
+    assert info.value.position is not None
+    assert info.value.position > POS
