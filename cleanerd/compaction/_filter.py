@@ -11,7 +11,10 @@ chunk's batch matrix and the record rule is one kernel call (``decide_records``)
   count; else the map's verdict (``OffsetMap.should_retain``'s rule, or the winner flag pass 1
   left in the record cache) and, for tombstones, the batch's delete horizon;
 * output per batch: DROP, COPY (every record kept and no horizon to stamp: the bytes as they
-  are), REBUILD (some records dropped, or a horizon to stamp) or EMPTY (a header-only batch).
+  are), REBUILD (some records dropped, or a horizon to stamp) or EMPTY (a header-only batch);
+* legacy messages (magic 0 and 1, §2.8): no horizon; their tombstones follow the source
+  segment's mtime against Kafka's ``legacyDeleteHorizonMs`` (``legacy_rule``), and one that
+  must stay empty stops the clean, as in Kafka (``refuse_empty_legacy``).
 
 Batches deleted whole (aborted data, expired markers) are never decompressed, nor are the
 batches pass 1 already read (``_offset_map._record_cache``) unless they must be rebuilt.

@@ -41,6 +41,7 @@ __all__ = [
     "index_rows",
     "is_legacy",
     "legacy_rows",
+    "records_of",
 ]
 
 CRC_AT = 12  # uint32: CRC32 of [magic, end of message)
