@@ -40,6 +40,7 @@ from ._external import (
     transaction_states as transaction_states,
     winner_map as winner_map,
 )
+from ._filter import legacy_delete_horizon as legacy_delete_horizon
 from ._ledger import (
     ENGINE_LOCAL as ENGINE_LOCAL,
     ENGINE_SPARK as ENGINE_SPARK,

@@ -36,14 +36,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cleanerd.compaction._batches import fold_producers, segments_between
 from cleanerd.compaction._cleaned._group_swap import new_cleaned_segment, replace_group
 from cleanerd.compaction._cleaned._group_writer import write_group
 from cleanerd.compaction._cleaned._writer import CleanedOutput
 from cleanerd.compaction._cleaning_plan import CleaningPlan
-from cleanerd.compaction._filter import PassContext, ProducerTable
+from cleanerd.compaction._filter import PassContext, ProducerTable, legacy_delete_horizon
 from cleanerd.compaction._grouping import SegmentSizes, group_items
 from cleanerd.compaction._offset_map._build import build_offset_map, update_from_clean_prefix
 from cleanerd.compaction._offset_map._map import OffsetMap
@@ -192,6 +192,8 @@ class Cleaner:
         ctx = self._context(
             log, config, strategy, now_ms, log.high_watermark, cache, keep_tombstones_from
         )
+        horizon = legacy_delete_horizon(segments, start, config.delete_retention_ms)
+        ctx = replace(ctx, legacy_delete_horizon_ms=horizon)
         meta = CleanedTransactionMetadata()
         groups = group_items(
             sources,

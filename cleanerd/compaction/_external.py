@@ -96,10 +96,12 @@ def pass_context(
     high_watermark: int,
     producers: Mapping[int, LastRecord],
     tombstones_kept_from: int = LONG_MAX,
+    legacy_delete_horizon_ms: int = 0,
 ) -> PassContext:
     """Pass 2's fixed context, as ``Cleaner`` builds it (``high_watermark``: the log's, read
     once for the pass, ``PartitionLog.high_watermark``; ``tombstones_kept_from``: the oldest
-    snapshot's end, see ``tombstone_floor``)."""
+    snapshot's end, see ``tombstone_floor``; ``legacy_delete_horizon_ms``: see
+    ``legacy_delete_horizon``)."""
     return PassContext(
         omap=omap,
         strategy=strategy,
@@ -108,6 +110,7 @@ def pass_context(
         high_watermark=high_watermark,
         producers=ProducerTable(producers),
         tombstones_kept_from=tombstones_kept_from,
+        legacy_delete_horizon_ms=legacy_delete_horizon_ms,
     )
 
 

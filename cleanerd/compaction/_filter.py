@@ -11,7 +11,10 @@ chunk's batch matrix and the record rule is one kernel call (``decide_records``)
   count; else the map's verdict (``OffsetMap.should_retain``'s rule, or the winner flag pass 1
   left in the record cache) and, for tombstones, the batch's delete horizon;
 * output per batch: DROP, COPY (every record kept and no horizon to stamp: the bytes as they
-  are), REBUILD (some records dropped, or a horizon to stamp) or EMPTY (a header-only batch).
+  are), REBUILD (some records dropped, or a horizon to stamp) or EMPTY (a header-only batch);
+* legacy messages (magic 0 and 1, §2.8): no horizon; their tombstones follow the source
+  segment's mtime against Kafka's ``legacyDeleteHorizonMs`` (``legacy_rule``), and one that
+  must stay empty stops the clean, as in Kafka (``refuse_empty_legacy``).
 
 Batches deleted whole (aborted data, expired markers) are never decompressed, nor are the
 batches pass 1 already read (``_offset_map._record_cache``) unless they must be rebuilt.
@@ -24,7 +27,7 @@ says why), so its verdict is ``OffsetMap.should_retain``'s.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +52,16 @@ from cleanerd.format import (
     ATTR_DELETE_HORIZON,
     I64,
     LONG_MAX,
+    LONG_MIN,
+    MIXED_MAGIC,
     U8,
     data_ptr as _data_ptr,
     index_batches,
+    is_legacy,
     kernels as k,
+    legacy_rows,
 )
+from cleanerd.storage import LogSegment
 from cleanerd.topics import StrategyConfig
 
 Arr = npt.NDArray[Any]
@@ -108,6 +116,10 @@ class PassContext:
     # tombstones in batches reaching this offset stay whatever their horizon: a KIP-630 snapshot
     # ending below them would come back to life in a replay without them (LONG_MAX: no snapshot)
     tombstones_kept_from: int = LONG_MAX
+    # Kafka's legacyDeleteHorizonMs (docs/kafka-format.md §4.9): tombstones of magic 0/1
+    # messages stay in a segment modified after it; 0 (Kafka's value when nothing is clean yet)
+    # keeps them all
+    legacy_delete_horizon_ms: int = 0
 
 
 @dataclass
@@ -246,12 +258,15 @@ def decide_chunk(
     stats: CleanerStats,
     cache: RecordCache | None = None,
     first: I64 | None = None,
+    segment_modified_ms: int | None = None,
 ) -> ChunkDecision:
     """Kafka's batch and record decisions for one chunk; updates the read counters.
 
     ``first`` gives each batch's first record in ``cache`` (-1: not cached): those batches are
     decided from pass 1's view of their records without reading them; of those, only the ones
     to rebuild are read, at the end. The record rule runs in one kernel (``decide_records``).
+    ``segment_modified_ms``: the source segment's mtime, for the tombstones of legacy messages
+    (``legacy_rule``; None: kept).
     """
     nb = batches.shape[0]
     attrs = batches[:, k.B_ATTRIBUTES]
@@ -261,6 +276,9 @@ def decide_chunk(
     horizon = np.where(has_horizon, batches[:, k.B_BASE_TIMESTAMP], LONG_MAX)
     # the horizon the record rule may act on: none for batches a snapshot still needs
     expirable = has_horizon & (batches[:, k.B_LAST_OFFSET] < ctx.tombstones_kept_from)
+    old = legacy_rows(batches) if is_legacy(batches) else None
+    if old is not None:
+        expirable, horizon = legacy_rule(ctx, batches, old, expirable, horizon, segment_modified_ms)
     discard_records = np.where(
         is_control, can_discard & has_horizon & (horizon <= ctx.now_ms), can_discard
     )
@@ -313,6 +331,10 @@ def decide_chunk(
         payload, recs, fresh_rb, keep = arr, _NO_RECORDS, _NO_ROWS, _NO_BOOL
 
     need_horizon = (kept_tomb | marker_for_empty_txn) & ~has_horizon
+    if old is not None:
+        # no delete horizon before magic 2; a wrapper holding messages of another magic is
+        # written again, whole or not (KAFKA-4298; MemoryRecords.filterTo)
+        need_horizon = (need_horizon & ~old) | (old & ((attrs & MIXED_MAGIC) != 0))
     action = np.full(nb, Action.DROP, dtype=np.int8)
     some = kept > 0
     action[some & (kept == counts) & ~need_horizon] = Action.COPY
@@ -320,6 +342,8 @@ def decide_chunk(
     action[~some & retain_empty] = Action.EMPTY
     action[delete] = Action.DROP
     stamp = np.where(need_horizon, ctx.new_horizon_ms, np.where(has_horizon, horizon, NO_HORIZON))
+    if old is not None:
+        refuse_empty_legacy(batches, old & (action == Action.EMPTY), path)
 
     # Kafka's counters, plus cleanerd's
     sizes = batches[:, k.B_SIZE]
@@ -364,3 +388,50 @@ def decide_chunk(
         record_batch=fresh_rb,
         keep=keep,
     )
+
+
+# --- legacy messages (magic 0 and 1) --------------------------------------------------------------
+
+
+class LegacyEmptyBatchError(RuntimeError):
+    """Kafka's cleaner stops here too: an emptied legacy message it must keep (the last of the
+    cleaning round) has no empty form before magic 2 (``MemoryRecords.filterTo`` throws
+    IllegalStateException)."""
+
+
+def legacy_delete_horizon(
+    segments: Sequence[LogSegment], first_dirty: int, delete_retention_ms: int
+) -> int:
+    """Kafka's ``legacyDeleteHorizonMs`` (docs/kafka-format.md §4.9): the mtime of the last
+    segment of ``logSegments(0, firstDirtyOffset)`` (``segments`` in offset order) less
+    delete.retention.ms; 0 when there is none."""
+    below = [s for s in segments if s.base_offset < first_dirty]
+    return below[-1].last_modified_ms - delete_retention_ms if below else 0
+
+
+def legacy_rule(
+    ctx: PassContext,
+    batches: I64,
+    old: Bools,
+    expirable: Bools,
+    horizon: I64,
+    segment_modified_ms: int | None,
+) -> tuple[Bools, I64]:
+    """The tombstone rule for legacy rows, as ``expirable`` and ``horizon`` say it to
+    ``decide_records``: no delete horizon; a tombstone goes only when its segment was modified
+    at or before the legacy horizon (Kafka's ``retainLegacyDeletesAndTxnMarkers``), and, as
+    for v2, not while a snapshot needs it."""
+    retain = segment_modified_ms is None or segment_modified_ms > ctx.legacy_delete_horizon_ms
+    goes = old & (not retain) & (batches[:, k.B_LAST_OFFSET] < ctx.tombstones_kept_from)
+    return np.where(old, goes, expirable), np.where(old, LONG_MIN, horizon)
+
+
+def refuse_empty_legacy(batches: I64, empty: Bools, path: str) -> None:
+    if empty.any():
+        row = batches[int(np.argmax(empty))]
+        raise LegacyEmptyBatchError(
+            f"{path} at byte {int(row[k.B_POS])}: the legacy (magic {int(row[k.B_MAGIC])})"
+            f" message ending at offset {int(row[k.B_LAST_OFFSET])} loses every record but must"
+            " be kept as the last of the cleaning round; magic 0 and 1 have no empty batch, so"
+            " Kafka's cleaner stops here too (IllegalStateException)"
+        )

@@ -40,6 +40,13 @@ from ._header import (
     BatchHeader as BatchHeader,
 )
 from ._indexing import index_and_hash as index_and_hash, index_batches as index_batches
+from ._legacy import (
+    MIXED_MAGIC as MIXED_MAGIC,
+    LegacyRecord as LegacyRecord,
+    build_legacy as build_legacy,
+    is_legacy as is_legacy,
+    legacy_rows as legacy_rows,
+)
 from ._limits import (
     INT_MAX as INT_MAX,
     INT_MIN as INT_MIN,

@@ -29,6 +29,7 @@ ATTR_DELETE_HORIZON = 0x40
 
 CREATE_TIME = "CreateTime"
 LOG_APPEND_TIME = "LogAppendTime"
+NO_TIMESTAMP_TYPE = "NoTimestampType"  # Kafka's TimestampType name for magic 0
 
 # baseOffset, batchLength, leaderEpoch, magic, crc, attributes, lastOffsetDelta, baseTimestamp,
 # maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
@@ -126,6 +127,8 @@ class BatchHeader:
 
     @property
     def timestamp_type(self) -> str:
+        if self.magic == 0:  # no timestamps before magic 1 (docs/kafka-format.md §2.8)
+            return NO_TIMESTAMP_TYPE
         return LOG_APPEND_TIME if self.attributes & ATTR_TIMESTAMP_TYPE else CREATE_TIME
 
     @property

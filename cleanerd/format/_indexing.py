@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from cleanerd.format import kernels as k
+from cleanerd.format import _legacy as legacy, kernels as k
+from cleanerd.format._codecs import LIMIT_SETTING, decompression_limit
 from cleanerd.format._crc import crc_reason
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_TIMESTAMP_TYPE
-from cleanerd.format._payloads import lay_out
+from cleanerd.format._payloads import CHUNK_PAYLOADS_FACTOR, lay_out
 from cleanerd.format._scan import I64, U8, U64, Buffer, as_uint8, first_crc_mismatch
 
 _RECORD_REASONS = {
@@ -81,6 +82,8 @@ def _index(
     check_crc: bool,
 ) -> tuple[U8, I64, U64]:
     arr = as_uint8(buf)
+    if legacy.is_legacy(batches):
+        return _index_mixed(arr, batches, path, prev_last_offset, with_hashes, check_crc)
     n = batches.shape[0]
 
     def column(c: int) -> I64:
@@ -143,4 +146,52 @@ def _index(
         )
         if lat_unset.any():
             records[lat_unset[records[:, k.R_BATCH]], k.R_TIMESTAMP] = -1
+    return payload, records, hashes
+
+
+_POSITION_COLUMNS = (k.R_POS, k.R_KEY_POS, k.R_VALUE_POS, k.R_HEADERS_POS)
+
+
+def _index_mixed(
+    arr: U8,
+    batches: I64,
+    path: str | None,
+    prev_last_offset: int,
+    with_hashes: bool,
+    check_crc: bool,
+) -> tuple[U8, I64, U64]:
+    """The index of a run holding legacy messages (docs/kafka-format.md §2.8): v2 batches by
+    the kernel, legacy ones by ``_legacy``, in one payload buffer and in batch order. The first
+    error by position is raised."""
+    is_old = legacy.legacy_rows(batches)
+    v2, old = np.flatnonzero(~is_old), np.flatnonzero(is_old)
+    errors: list[CorruptRecordError] = []
+    p2, r2 = arr[:0], np.zeros((0, k.RECORD_COLUMNS), dtype=np.int64)
+    if v2.size:
+        try:
+            p2, r2, _ = _index(arr, batches[v2], path, prev_last_offset, False, check_crc=check_crc)
+        except CorruptRecordError as e:
+            errors.append(e)
+    limit = decompression_limit()
+    cap = CHUNK_PAYLOADS_FACTOR * limit
+    bound = (cap, f"this batch and the ones read with it decompress past {cap} bytes together"
+                  f" ({CHUNK_PAYLOADS_FACTOR} x {LIMIT_SETTING} = {limit})")  # fmt: skip
+    try:
+        p1, r1 = legacy.index_rows(arr, batches[old], path, check_crc, bound)
+    except CorruptRecordError as e:
+        errors.append(e)
+    if errors:
+        raise min(errors, key=lambda e: -1 if e.position is None else e.position)
+    if p2 is arr and r2.shape[0]:  # uncompressed v2 records lie in ``arr``: copy their range only
+        lo = int(batches[v2[0], k.B_POS])
+        hi = int(batches[v2[-1], k.B_POS] + batches[v2[-1], k.B_SIZE])
+        p2 = arr[lo:hi]
+        r2[:, _POSITION_COLUMNS] -= lo
+    r2[:, k.R_BATCH] = v2[r2[:, k.R_BATCH]]
+    r1[:, _POSITION_COLUMNS] += p2.shape[0]
+    r1[:, k.R_BATCH] = old[r1[:, k.R_BATCH]]
+    both = np.concatenate([r2, r1])
+    records = both[np.argsort(both[:, k.R_BATCH], kind="stable")]
+    payload = np.concatenate([p2, p1]) if p2.shape[0] else p1
+    hashes = k.hash_keys(payload, records) if with_hashes else k.NO_HASHES
     return payload, records, hashes

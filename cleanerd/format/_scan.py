@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cleanerd.format import _crc as crc, kernels as k
+from cleanerd.format import _crc as crc, _legacy as legacy, kernels as k
 from cleanerd.format._crc import crc_reason
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_CODEC_MASK, BatchHeader
@@ -26,8 +26,8 @@ U64 = npt.NDArray[np.uint64]
 _WALK_REASONS = {
     k.WALK_PARTIAL_HEADER: "truncated batch: fewer bytes left than a batch header",
     k.WALK_PAST_END: "batch length field runs past the end of the data",
-    k.WALK_TOO_SMALL: "batch length field is smaller than a v2 batch header",
-    k.WALK_BAD_MAGIC: "unsupported magic byte (only v2 batches are supported)",
+    k.WALK_TOO_SMALL: "batch length field is smaller than a v2 batch header (or a legacy message)",
+    k.WALK_BAD_MAGIC: "unsupported magic byte (Kafka's formats are magic 0, 1 and 2)",
 }
 
 
@@ -86,7 +86,8 @@ def scan_batches(
 ) -> BatchScan:
     """Walk the batches of ``buf[start:end]``; stop at the first invalid one.
 
-    Checks: header complete, length within the data, magic 2, CRC32C, last offset >= base
+    Checks: header complete, length within the data, magic 2 (CRC32C) or a legacy message set
+    of magic 0 or 1 (CRC32, a wrapper's inner messages: ``_legacy``), last offset >= base
     offset, a record count that is not negative (nor 0 over uncompressed records), and base
     offsets strictly above the previous batch's last offset (starting from
     ``prev_last_offset``). Positions in the result and in the error are positions in ``buf``.
@@ -102,6 +103,9 @@ def scan_batches(
         )
     batches, walk_end, code = k.walk_batch_matrix(arr, start, stop)
     n = batches.shape[0]
+    legacy_bad, legacy_reason = n, ""
+    if legacy.is_legacy(batches):
+        batches, legacy_bad, legacy_reason = legacy.complete_rows(arr, batches, check_crc)
     bad = n  # index of the first invalid batch among the walked ones
     reason = ""
     deltas_ok = batches[:, k.B_LAST_OFFSET] >= batches[:, k.B_BASE_OFFSET]
@@ -137,6 +141,8 @@ def scan_batches(
             )
         else:
             reason = f"unknown compression codec id {int(codecs[bad])}"
+    if legacy_bad <= bad:  # a legacy message says what is wrong with it in its own words
+        bad, reason = legacy_bad, legacy_reason
     if check_crc:
         crc_bad = first_crc_mismatch(arr, batches, bad)
         if crc_bad >= 0:
@@ -164,10 +170,14 @@ def scan_batches(
 
 
 def first_crc_mismatch(arr: U8, batches: I64, stop: int) -> int:
-    """The first of batches ``0..stop-1`` whose CRC32C does not match, or -1: all of them in one
+    """The first of v2 batches ``0..stop-1`` whose CRC32C does not match, or -1: all of them in one
     kernel call where the CPU has CRC32C (``crc.first_bad_crc``), and the library, batch by
     batch, only when there is none or the kernel finds a mismatch (the library's answer is
     reported, so both paths give the same error)."""
+    if legacy.is_legacy(batches[:stop]):  # their CRC32s are checked by ``_legacy``
+        v2 = np.flatnonzero(~legacy.legacy_rows(batches[:stop]))
+        bad = first_crc_mismatch(arr, batches[v2], v2.shape[0])
+        return int(v2[bad]) if bad >= 0 else -1
     if crc.AVAILABLE and stop and crc.first_bad_crc(arr, batches[:stop]) < 0:
         return -1
     return crc.first_bad_crc_each(arr, batches, 0, stop, release_gil=False)

@@ -1,7 +1,10 @@
-"""The batch walk: a buffer's v2 batch headers as one int64 matrix (``B_*`` columns).
+"""The batch walk: a buffer's batch headers as one int64 matrix (``B_*`` columns).
 
 Split from the record index because the walk is all a scan of headers needs (recovery, dump,
-planning); it reads each header field at its ``layout`` offset, and releases the GIL.
+planning); it reads each header field at its ``layout`` offset, and releases the GIL. A legacy
+message (magic 0 or 1, docs/kafka-format.md §2.8) has its offset, length and magic where a v2
+batch has them; the walk gives it a row of what its outer message says (one record, no producer),
+which ``_legacy.complete_rows`` finishes for a compressed wrapper.
 """
 
 from __future__ import annotations
@@ -38,8 +41,17 @@ BATCH_COLUMNS = 14
 WALK_OK = 0
 WALK_PARTIAL_HEADER = 1  # fewer than 61 bytes left for a batch header
 WALK_PAST_END = 2  # batch length field points beyond the buffer
-WALK_TOO_SMALL = 3  # batch length smaller than a v2 header
+WALK_TOO_SMALL = 3  # batch length smaller than a v2 header or a legacy message of its magic
 WALK_BAD_MAGIC = 4
+
+# a legacy message: offset, length, crc and magic are read before the rest (Kafka's
+# ``Records.HEADER_SIZE_UP_TO_MAGIC``); its smallest length per magic (``LegacyRecord``)
+HEADER_SIZE_UP_TO_MAGIC = LOG_OVERHEAD + 5
+LEGACY_V0_MIN_LENGTH = 14  # crc, magic, attributes, key length, value length
+LEGACY_V1_MIN_LENGTH = 22  # ... and a timestamp
+LEGACY_TIMESTAMP_AT = 18
+LEGACY_ATTRIBUTES_AT = 17
+LEGACY_CRC_AT = 12  # CRC32 of [magic, end)
 
 
 @kernel()
@@ -77,8 +89,31 @@ def _i64(buf: Arr, p: int) -> Any:
 
 
 @kernel(nogil=True)
+def _legacy_row(buf: Arr, q: int, length: int, offset: int, magic: int, out: Arr, i: int) -> None:
+    """A legacy message's row ``out[i]``: one record at its offset; a wrapper's count and first
+    offset are only known once its value is decompressed (``_legacy.complete_rows``)."""
+    ts = _i64(buf, q + LEGACY_TIMESTAMP_AT) if magic == 1 else -1
+    attrs = np.int64(buf[q + LEGACY_ATTRIBUTES_AT])
+    out[i, B_POS] = q
+    out[i, B_SIZE] = LOG_OVERHEAD + length
+    out[i, B_BASE_OFFSET] = offset
+    out[i, B_LAST_OFFSET] = offset
+    out[i, B_LEADER_EPOCH] = -1
+    out[i, B_MAGIC] = magic
+    out[i, B_CRC] = _u32(buf, q + LEGACY_CRC_AT)
+    # codec (bits 0-2) and, for v1, the timestamp type (bit 3, where v2 has it too)
+    out[i, B_ATTRIBUTES] = attrs & (0x0F if magic == 1 else 0x07)
+    out[i, B_BASE_TIMESTAMP] = ts
+    out[i, B_MAX_TIMESTAMP] = ts
+    out[i, B_PRODUCER_ID] = -1
+    out[i, B_PRODUCER_EPOCH] = -1
+    out[i, B_BASE_SEQUENCE] = -1
+    out[i, B_COUNT] = 1
+
+
+@kernel(nogil=True)
 def walk_batches(buf: Arr, start: int, end: int, out: Arr) -> tuple[int, int, int]:
-    """Walk v2 batches in ``buf[start:end]`` by their length fields.
+    """Walk batches (v2) and legacy messages (v0, v1) in ``buf[start:end]`` by their lengths.
 
     Returns ``(batches, stop_position, stop_code)``: how many complete batches there are, and
     where and why the walk stopped (``WALK_OK`` when it reached ``end`` exactly); the first of
@@ -93,14 +128,23 @@ def walk_batches(buf: Arr, start: int, end: int, out: Arr) -> tuple[int, int, in
     p = start
     code = WALK_OK
     while p < end:
-        if end - p < HEADER_SIZE:
+        if end - p < HEADER_SIZE_UP_TO_MAGIC:
             code = WALK_PARTIAL_HEADER
             break
         length = _i32(buf, p + at.LENGTH_AT)
-        if length < HEADER_SIZE - LOG_OVERHEAD:
-            code = WALK_TOO_SMALL
-            break
-        if buf[p + at.MAGIC_AT] != MAGIC_V2:
+        magic = buf[p + at.MAGIC_AT]
+        if magic == MAGIC_V2:
+            if end - p < HEADER_SIZE:
+                code = WALK_PARTIAL_HEADER
+                break
+            if length < HEADER_SIZE - LOG_OVERHEAD:
+                code = WALK_TOO_SMALL
+                break
+        elif magic <= 1:
+            if length < (LEGACY_V1_MIN_LENGTH if magic == 1 else LEGACY_V0_MIN_LENGTH):
+                code = WALK_TOO_SMALL
+                break
+        else:
             code = WALK_BAD_MAGIC
             break
         if p + LOG_OVERHEAD + length > end:
@@ -112,6 +156,11 @@ def walk_batches(buf: Arr, start: int, end: int, out: Arr) -> tuple[int, int, in
     for i in range(min(n, out.shape[0])):
         length = _i32(buf, q + at.LENGTH_AT)
         base = _i64(buf, q + at.BASE_OFFSET_AT)
+        magic = buf[q + at.MAGIC_AT]
+        if magic < MAGIC_V2:
+            _legacy_row(buf, q, length, base, magic, out, i)
+            q += LOG_OVERHEAD + length
+            continue
         out[i, B_POS] = q
         out[i, B_SIZE] = LOG_OVERHEAD + length
         out[i, B_BASE_OFFSET] = base

@@ -36,14 +36,20 @@ def batch_line(b: Mapping[str, object]) -> str:
     base, last = _int(b, "base_offset"), _int(b, "last_offset")
     horizon = b["delete_horizon_ms"]
     horizon_text = "OptionalLong.empty" if horizon is None else f"OptionalLong[{horizon}]"
+    if _int(b, "magic") < 2:  # a legacy message: DumpLogSegments prints its offset only
+        head = f"offset: {last}"
+    else:
+        head = (
+            f"baseOffset: {base} lastOffset: {last} count: {b['count']}"
+            f" baseSequence: {b['base_sequence']}"
+            f" lastSequence: {_sequence(_int(b, 'base_sequence'), last - base)}"
+            f" producerId: {b['producer_id']} producerEpoch: {b['producer_epoch']}"
+            f" partitionLeaderEpoch: {b['partition_leader_epoch']}"
+            f" isTransactional: {_bool(b['transactional'])} isControl: {_bool(b['control'])}"
+            f" deleteHorizonMs: {horizon_text}"
+        )
     return (
-        f"baseOffset: {base} lastOffset: {last} count: {b['count']}"
-        f" baseSequence: {b['base_sequence']}"
-        f" lastSequence: {_sequence(_int(b, 'base_sequence'), last - base)}"
-        f" producerId: {b['producer_id']} producerEpoch: {b['producer_epoch']}"
-        f" partitionLeaderEpoch: {b['partition_leader_epoch']}"
-        f" isTransactional: {_bool(b['transactional'])} isControl: {_bool(b['control'])}"
-        f" deleteHorizonMs: {horizon_text} position: {b['position']}"
+        f"{head} position: {b['position']}"
         f" {b['timestamp_type']}: {b['max_timestamp']} size: {b['size']} magic: {b['magic']}"
         f" compresscodec: {b['compression']} crc: {b['crc']} isvalid: true"
     )
@@ -69,9 +75,12 @@ def record_line(r: Mapping[str, object], *, kafka: bool = False) -> str:
     line = (
         f"| offset: {r['offset']} {batch['timestamp_type']}: {r['timestamp']}"
         f" keySize: {key_size} valueSize: {r['value_len']}"
-        f" sequence: {_sequence(_int(batch, 'base_sequence'), delta)}"
-        f" headerKeys: [{','.join(str(h['key']) for h in headers)}]"
     )
+    if _int(batch, "magic") >= 2:  # legacy messages have neither (DumpLogSegments)
+        line += (
+            f" sequence: {_sequence(_int(batch, 'base_sequence'), delta)}"
+            f" headerKeys: [{','.join(str(h['key']) for h in headers)}]"
+        )
     control = r["control"]
     if control is not None:
         if "coordinator_epoch" in r:

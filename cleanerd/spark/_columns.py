@@ -23,6 +23,7 @@ from cleanerd.format import (
     I64,
     U8,
     ControlType,
+    is_legacy,
     kernels as k,
 )
 
@@ -182,7 +183,7 @@ def _names(names: list[str | None]) -> tuple[U8, I64, I64]:
     return np.frombuffer(b"".join(raw), dtype=np.uint8), pos, lens.astype(np.int64)
 
 
-_TIMESTAMP_TYPE_TABLE = _names(["CreateTime", "LogAppendTime"])
+_TIMESTAMP_TYPE_TABLE = _names(["CreateTime", "LogAppendTime", "NoTimestampType"])
 _CONTROL_TYPE_TABLE = _names(_CONTROL_NAMES)
 
 
@@ -207,6 +208,15 @@ def _timestamps(ms: I64) -> Any:
     """Kafka milliseconds as Arrow microseconds; -1 (no timestamp) is null."""
     mask = ms == -1
     return pa.array(ms * 1000, pa.timestamp("us", tz="UTC"), mask=mask if mask.any() else None)
+
+
+def _timestamp_types(attrs: I64, batches: I64, counts: I64) -> Any:
+    """Each record's ``_TIMESTAMP_TYPE_TABLE`` code: magic 0 messages have none
+    (docs/kafka-format.md §2.8)."""
+    codes = ((attrs & ATTR_TIMESTAMP_TYPE) != 0).view(np.int8)
+    if is_legacy(batches):
+        codes = np.where(np.repeat(batches[:, k.B_MAGIC], counts) == 0, 2, codes).astype(np.int8)
+    return codes
 
 
 def record_batch(
@@ -241,7 +251,7 @@ def record_batch(
         pa.repeat(pa.scalar(partition, pa.int32()), n),
         pa.array(offsets, pa.int64()),
         _timestamps(np.ascontiguousarray(records[:, k.R_TIMESTAMP])),
-        names_column(_TIMESTAMP_TYPE_TABLE, ((attrs & ATTR_TIMESTAMP_TYPE) != 0).view(np.int8)),
+        names_column(_TIMESTAMP_TYPE_TABLE, _timestamp_types(attrs, batches, counts)),
         binary_column(payload, records[:, k.R_KEY_POS], records[:, k.R_KEY_LEN]),
         binary_column(payload, records[:, k.R_VALUE_POS], value_lens)
         if values

@@ -57,6 +57,7 @@ from cleanerd.compaction import (
     Throttler,
     TxnState,
     last_records,
+    legacy_delete_horizon,
     max_segment_bytes,
     pass_context,
     pass_groups,
@@ -125,6 +126,7 @@ class WriteJob:
     states: tuple[TxnState, ...]
     created_ms: int
     tombstones_kept_from: int = LONG_MAX  # the oldest snapshot's end (external.tombstone_floor)
+    legacy_delete_horizon_ms: int = 0  # for magic 0/1 tombstones (legacy_delete_horizon)
     before_write: str | None = None  # BEFORE_WRITE_CONF's ``module:function``
     max_segment_bytes: int | None = None  # the driver's roll size (compaction.max_segment_bytes)
 
@@ -141,6 +143,7 @@ class WriteJob:
             self.high_watermark,
             self.producers,
             self.tombstones_kept_from,
+            self.legacy_delete_horizon_ms,
         )
         stats = CleanerStats()
         where = group_dir(Path(self.staging), group)
@@ -251,6 +254,9 @@ class SparkPass:
                 states=states,
                 created_ms=log.clock(),
                 tombstones_kept_from=tombstone_floor(log),
+                legacy_delete_horizon_ms=legacy_delete_horizon(
+                    segments, start, config.delete_retention_ms
+                ),
                 before_write=before_write or None,
                 max_segment_bytes=max_segment_bytes(),
             )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import sys
 import threading
@@ -30,9 +31,17 @@ from cleanerd.snapshot import create_snapshot
 from cleanerd.spark._compact import Options, PartitionJob, Plan, compact_on_spark
 from cleanerd.spark._distributed_pass import BEFORE_WRITE_CONF, SMALL_PASS_CONF
 from cleanerd.spark._staging import default_staging_root, group_dir, job_dir
-from cleanerd.storage import LEDGER_FILE, PartitionLog, read_ledger
+from cleanerd.storage import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LEDGER_FILE,
+    PartitionLog,
+    read_ledger,
+    update_offset_checkpoint,
+)
 from cleanerd.topics import LogConfig, Strategy, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
+from tests.support.cleaning import write_segment
+from tests.support.legacy import legacy_set, read_back, v2_batch
 from tests.support.logs import ledger_counts
 from tests.support.spark_hooks import ship
 
@@ -478,3 +487,42 @@ def test_a_partition_whose_plan_cannot_be_chosen_fails_alone_and_the_others_are_
         assert tree(good) == tree(local)
         assert tree(bad) == bad_before
         assert not (good / "gone-0").exists()
+
+
+# --- legacy message sets (magic 0 and 1) --------------------------------------------------------
+def test_plan_b_cleans_legacy_message_sets_as_the_local_engine_does(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A log begun before Kafka 0.11 (kafka-python's v0 and v1 sets, then v2), cleaned before up
+    to its v2 part: both engines apply the legacy tombstone rule (the segments older than the
+    last clean one's mtime less delete.retention.ms lose theirs), byte for byte."""
+    day = 86_400_000
+    part = tmp_path / "logs" / "old-0"
+    sets = [
+        (0, [legacy_set(0, "gzip", [(0, 0, b"t0", None), (1, 0, b"a", b"1"), (2, 0, b"b", None)])]),
+        (3, [legacy_set(1, "none", [(3, 5, b"t1", None)]),
+             legacy_set(1, "none", [(4, 5, b"a", b"2")])]),
+        (5, [legacy_set(1, "lz4", [(5, 6, b"t2", None), (6, 7, b"b", b"3")])]),
+        (7, [v2_batch(7, "none", [(7 + i, 8, b"c%d" % i, b"4") for i in range(200)])]),
+        (207, [v2_batch(207, "none", [(207, 9, b"d", b"6")])]),
+    ]  # fmt: skip
+    for i, (base, data) in enumerate(sets):
+        write_segment(part, base, data)
+        mtime_ns = (NOW - (40 - 10 * i) * day) * 10**6
+        os.utime(part / f"{base:020d}.log", ns=(mtime_ns, mtime_ns))
+    log = PartitionLog(part)
+    update_offset_checkpoint(part.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: 7})
+    log.close()
+    logdir = part.parent
+    local = on_copy(logdir, "local")
+    jobs = jobs_of(logdir, "offset", day, 1 << 30)
+    compact_locally(local, relocated(jobs, local))
+    (result,) = compact_on_spark(spark, jobs, Options(NOW, TINY))
+    assert result.plan is Plan.B
+    assert result.error is None
+    assert tree(logdir) == tree(local)
+    kept = [r.offset for log in sorted(part.glob("*.log")) for r in read_back(log)[0]]
+    # the map holds the v2 keys only: the legacy values stay; the tombstones at 0, 2 (v0) and 3
+    # (v1) are in segments older than the horizon and go; t2's segment (5) is young
+    assert kept[:4] == [1, 4, 5, 6]
+    assert len(kept) == 4 + 201

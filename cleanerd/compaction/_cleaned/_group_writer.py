@@ -125,9 +125,12 @@ def write_group(
             add_segment_aborted(meta, segments, group, i)
             arr = seg.view()
             path = str(seg.log_path)
+            modified_ms = seg.last_modified_ms  # for legacy tombstones (kafka-format.md §4.9)
             for batches, first in group_chunks(arr, seg, cache):
                 on_chunk(int(batches[:, k.B_SIZE].sum()))
-                decision = decide_chunk(ctx, meta, arr, batches, path, stats, cache, first)
+                decision = decide_chunk(
+                    ctx, meta, arr, batches, path, stats, cache, first, modified_ms
+                )
                 writer.write(arr, decision)
                 writer.index_aborted(staged)
         writer.finish()

@@ -33,6 +33,8 @@ from cleanerd.format import (
     MAGIC_V2,
     U8,
     Compression,
+    LegacyRecord,
+    build_legacy,
     compress,
     fill_crcs,
     kernels as k,
@@ -245,3 +247,47 @@ def _compress_rows(spliced: U8, codecs: I64, which: Arr, data_lo: I64, data_hi: 
     data_lo[zipped] = z_ends - lengths
     data_hi[zipped] = z_ends
     return np.frombuffer(b"".join(parts), dtype=np.uint8)
+
+
+def rebuild_legacy(
+    payload: U8,
+    records: I64,
+    kept: npt.NDArray[np.intp],
+    kept_batch: npt.NDArray[np.intp],
+    batches: I64,
+    rows: npt.NDArray[np.intp],
+) -> tuple[Rebuilt, I64]:
+    """The legacy messages ``rows`` (magic 0 or 1) with their kept records, as Kafka's cleaner
+    writes them (``buildRetainedRecordsInto``: same magic, codec and timestamp type; the new
+    wrapper's offset is its last kept record's, its timestamp the LogAppendTime or the largest
+    kept timestamp; docs/kafka-format.md §2.8). Plain Python: legacy data is rare.
+
+    Returns the rebuilt messages and each one's last offset."""
+    mv = payload.data
+    parts: list[bytes] = []
+    max_ts = np.empty(rows.size, dtype=np.int64)
+    lasts = np.empty(rows.size, dtype=np.int64)
+    for i, row in enumerate(rows.tolist()):
+        b = batches[row]
+        recs = []
+        for r in records[kept[kept_batch == row]]:
+            kl, vl = int(r[k.R_KEY_LEN]), int(r[k.R_VALUE_LEN])
+            kp, vp = int(r[k.R_KEY_POS]), int(r[k.R_VALUE_POS])
+            recs.append(
+                LegacyRecord(
+                    offset=int(r[k.R_OFFSET]),
+                    magic=int(b[k.B_MAGIC]),
+                    timestamp=int(r[k.R_TIMESTAMP]),
+                    key=None if kl < 0 else bytes(mv[kp : kp + kl]),
+                    value=None if vl < 0 else bytes(mv[vp : vp + vl]),
+                )
+            )
+        attrs = int(b[k.B_ATTRIBUTES])
+        lat = int(b[k.B_MAX_TIMESTAMP]) if attrs & ATTR_TIMESTAMP_TYPE else -1
+        data, max_ts[i] = build_legacy(int(b[k.B_MAGIC]), attrs, lat, recs)
+        lasts[i] = recs[-1].offset
+        parts.append(data)
+    sizes = np.array([len(p) for p in parts], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    buf = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
+    return Rebuilt(buf, ends - sizes, ends, max_ts), lasts

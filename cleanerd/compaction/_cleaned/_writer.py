@@ -3,7 +3,8 @@
 COPY batches are the source segment's bytes as they are; REBUILD batches are re-encoded with
 their kept records (``_rebuild``: same base and last offset, producer fields, codec at its default
 level, timestamp type, leader epoch; the delete horizon stamped or carried); EMPTY batches become
-61-byte headers. A chunk's output batches, in order, are cut into appends of about
+61-byte headers; a legacy message that loses records is written again in its magic and codec
+(``_rebuild.rebuild_legacy``). A chunk's output batches, in order, are cut into appends of about
 ``APPEND_BYTES`` (``append_groups``), each one ``LogSegment.append`` (which adds index entries as
 Kafka's does): an append that lies end to end in one source goes out as a slice of it, any other
 is gathered by a kernel. No per-batch Python loop runs, so workers on other threads keep the GIL.
@@ -26,7 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd._kernel import kernel
-from cleanerd.compaction._cleaned._rebuild import rebuild_batches
+from cleanerd.compaction._cleaned._rebuild import rebuild_batches, rebuild_legacy
 from cleanerd.compaction._filter import Action, ChunkDecision
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
@@ -38,7 +39,9 @@ from cleanerd.format import (
     INT_MAX,
     U8,
     build_empty_batch,
+    is_legacy,
     kernels as k,
+    legacy_rows,
 )
 from cleanerd.storage import CLEANED_SUFFIX, AbortedTxn, LogSegment
 
@@ -234,7 +237,10 @@ class CleanedSegmentWriter:
         size = rows[:, k.B_SIZE].copy()
         max_ts = rows[:, k.B_MAX_TIMESTAMP].copy()
         rebuilt = _NO_BYTES
+        last = rows[:, k.B_LAST_OFFSET].copy()
         rb = np.flatnonzero(actions == Action.REBUILD)
+        old_rb = rb[legacy_rows(rows[rb])] if is_legacy(rows[rb]) else rb[:0]
+        rb = np.setdiff1d(rb, old_rb) if old_rb.size else rb
         if rb.size:
             kept_idx = np.flatnonzero(d.keep)
             r = rebuild_batches(
@@ -248,22 +254,22 @@ class CleanedSegmentWriter:
             )
             rebuilt = r.buf
             which[rb], pos[rb], size[rb], max_ts[rb] = 1, r.starts, r.ends - r.starts, r.max_ts
+        if old_rb.size:  # legacy messages, rebuilt in their magic and codec after the v2 ones
+            kept_idx = np.flatnonzero(d.keep)
+            lr, lasts = rebuild_legacy(
+                d.payload, d.records, kept_idx, d.record_batch[kept_idx], b, out[old_rb]
+            )
+            which[old_rb], pos[old_rb] = 1, lr.starts + rebuilt.shape[0]
+            size[old_rb], max_ts[old_rb], last[old_rb] = lr.ends - lr.starts, lr.max_ts, lasts
+            rebuilt = np.concatenate([rebuilt, lr.buf])
         emptied = _NO_BYTES
         em = np.flatnonzero(actions == Action.EMPTY)
         if em.size:
             emptied = np.frombuffer(b"".join(_empty_batch(b[i]) for i in out[em]), np.uint8)
             which[em], pos[em], size[em] = 2, np.arange(em.size) * k.HEADER_SIZE, k.HEADER_SIZE
-        self._put(
-            _Pieces(
-                (arr, rebuilt, emptied),
-                which,
-                pos,
-                size,
-                max_ts,
-                rows[:, k.B_BASE_OFFSET],
-                rows[:, k.B_LAST_OFFSET],
-            )
-        )
+        # a legacy wrapper rebuilt keeps its first offset at or below its first kept record
+        first = rows[:, k.B_BASE_OFFSET]
+        self._put(_Pieces((arr, rebuilt, emptied), which, pos, size, max_ts, first, last))
         copy = actions == Action.COPY
         written = copy | (actions == Action.REBUILD)
         self.stats.messages_written += int(d.kept[out[written]].sum())

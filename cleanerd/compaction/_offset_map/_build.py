@@ -37,7 +37,7 @@ from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets,
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._strategy import compute_versions
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
-from cleanerd.format import ATTR_TIMESTAMP_TYPE, I64, U8, kernels as k
+from cleanerd.format import ATTR_TIMESTAMP_TYPE, I64, U8, is_legacy, kernels as k
 from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
 from cleanerd.topics import StrategyConfig
 
@@ -84,6 +84,12 @@ def _map_chunk(
     data_rows = np.flatnonzero(~is_control & ~aborted & (counts > 0))
     if strategy.versioned:
         g, b, full = _put_versioned(arr, batches, data_rows, path, start, omap, strategy, stats)
+    elif is_legacy(batches):
+        # legacy messages (docs/kafka-format.md §2.8) are indexed by ``format._legacy``, not by
+        # the fused kernel; their keys go into the map like any record, and pass 2 reads them
+        g, b, full = _put_versioned(arr, batches, data_rows, path, start, omap, strategy, stats)
+        if cache is not None:
+            cache.add_chunk(segment_id, batches, np.full(batches.shape[0], -1, np.int64), 0)
     else:
         g, b, full = _put_fused(
             arr, batches, data_rows, path, start, omap, cache, segment_id, touched
@@ -109,7 +115,8 @@ def _put_versioned(
     strategy: StrategyConfig,
     stats: CleanerStats,
 ) -> tuple[int, int, bool]:
-    """Timestamp and header strategies: index, versions, ``put_batch``.
+    """Timestamp and header strategies, and chunks with legacy messages: index, versions (none
+    under the offset strategy), ``put_batch``.
 
     Returns ``(records before the stop, chunk row of the stop, full)``.
     """
