@@ -17,7 +17,7 @@ import pytest
 from cleanerd.compaction._filter import LegacyEmptyBatchError
 from cleanerd.inspect import verify_path
 from cleanerd.storage import PartitionLog
-from tests.support.cleaning import DAY, clean, write_segment
+from tests.support.cleaning import DAY, clean, set_high_watermark, write_segment
 from tests.support.legacy import CODECS, ReadRecord, Rec, legacy_set, read_back, v2_batch, wrapper
 
 T0 = 1_600_000_000_000  # an mtime, in ms
@@ -205,18 +205,35 @@ def test_wrapper_losing_records_is_rebuilt_in_its_magic_and_codec(tmp_path: Path
 
 
 def test_emptied_legacy_message_ending_the_round_stops_the_clean(tmp_path: Path) -> None:
-    """Kafka cannot keep an empty legacy batch: an unkeyed v1 message last in the round makes
-    its cleaner throw, and cleanerd refuses the same way, leaving the log as it was."""
+    """Kafka cannot keep an empty legacy batch: an unkeyed v1 message ending the round at the
+    high watermark (KAFKA-20452) makes its cleaner throw, and cleanerd refuses the same way,
+    leaving the log as it was."""
     d = tmp_path / "t-0"
     write_segment(d, 0, [legacy_set(1, "none", [(0, 1, b"a", b"1")]),
                          legacy_set(1, "none", [(1, 1, None, b"unkeyed")])])  # fmt: skip
     write_segment(d, 2, [v2_batch(2, "none", [(2, 0, b"z", b"z")])])
     log = PartitionLog(d)
+    set_high_watermark(log, 2)
     before = (d / f"{0:020d}.log").read_bytes()
     with pytest.raises(LegacyEmptyBatchError, match="IllegalStateException"):
         clean(log, 0, 2)
     assert (d / f"{0:020d}.log").read_bytes() == before
     assert not list(d.glob("*.cleaned"))
+
+
+def test_emptied_legacy_message_below_the_high_watermark_is_dropped(tmp_path: Path) -> None:
+    """Below the high watermark nothing must stay as an empty batch (KAFKA-20452): the emptied
+    legacy message goes and the clean completes."""
+    d = tmp_path / "t-0"
+    write_segment(d, 0, [legacy_set(1, "none", [(0, 1, b"a", b"1")]),
+                         legacy_set(1, "none", [(1, 1, None, b"unkeyed")])])  # fmt: skip
+    write_segment(d, 2, [v2_batch(2, "none", [(2, 0, b"z", b"z")])])
+    log = PartitionLog(d)
+    assert log.high_watermark == 3  # no checkpoint: the log end
+    clean(log, 0, 2)
+    out, batches = read_back(d / f"{0:020d}.log")
+    assert [(r.offset, r.key) for r in out] == [(0, b"a")]
+    assert batches == [(1, 0, 0)]
 
 
 def test_wrapper_holding_another_magic_is_written_again_whole(tmp_path: Path) -> None:
