@@ -40,14 +40,17 @@ def index_and_hash(arr: U8, batches: I64, path: str) -> tuple[U8, I64, U64]:
     return index_and_hash_batches(arr, batches, path=path)
 
 
-def payloads(arr: U8, batches: I64) -> tuple[U8, I64, I64] | None:
+def payloads(
+    arr: U8, batches: I64, *, cap: int | None = None, reuse: bool = True
+) -> tuple[U8, I64, I64] | None:
     """``(buffer, starts, ends)``: each batch's record bytes, decompressed where needed
-    (``lay_out`` into the buffer the calling thread reuses: valid until its next call).
+    (``lay_out`` within ``cap``, by default into the buffer the calling thread reuses: valid
+    until its next call; a pool thread shared by cleanings must not reuse).
 
     None when a payload does not decompress: the caller then indexes the batches with the
     reader, which raises the error with its position.
     """
-    laid = lay_out(arr, batches, reuse=True)
+    laid = lay_out(arr, batches, reuse=reuse, cap=cap)
     if laid.error is not None:
         return None
     return laid.buffer, laid.starts, laid.ends

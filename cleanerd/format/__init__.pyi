@@ -16,6 +16,7 @@ from ._builder import (
 from ._codecs import (
     Compression as Compression,
     compress as compress,
+    decompression_limit as decompression_limit,
     limit_decompression as limit_decompression,
 )
 from ._control import (
@@ -54,7 +55,7 @@ from ._limits import (
     LONG_MIN as LONG_MIN,
     MAX_DECOMPRESSED_BYTES as MAX_DECOMPRESSED_BYTES,
 )
-from ._payloads import lay_out as lay_out
+from ._payloads import CHUNK_PAYLOADS_FACTOR as CHUNK_PAYLOADS_FACTOR, lay_out as lay_out
 from ._pointer import data_ptr as data_ptr
 from ._record_index import (
     R_HEADER_COUNT as R_HEADER_COUNT,

@@ -74,14 +74,16 @@ class Payloads:
         return int(self.starts.shape[0])
 
 
-def lay_out(arr: U8, batches: I64, *, reuse: bool = False) -> Payloads:
+def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = None) -> Payloads:
     """The payloads of ``batches`` (rows of a scan of ``arr``), decompressed where needed.
 
     Uncompressed batches only: the buffer is ``arr`` itself. Otherwise every payload is laid
     end to end in a new buffer or, with ``reuse``, in one the calling thread keeps (valid
     until its next ``reuse`` call: for a pass that is done with a chunk before the next one).
     A compressed batch with no records is never decompressed (Kafka's rule): its payload is
-    empty.
+    empty. ``cap`` lowers the bound on what the call lays out (at most
+    ``CHUNK_PAYLOADS_FACTOR`` times the limit): for a caller that splits one chunk between
+    threads and gives each part its share.
     """
     pos = batches[:, k.B_POS]
     starts = pos + k.HEADER_SIZE
@@ -93,7 +95,7 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False) -> Payloads:
     n = batches.shape[0]
     out_ends = np.empty(n, dtype=np.int64)
     limit = decompression_limit()
-    cap = CHUNK_PAYLOADS_FACTOR * limit
+    cap = CHUNK_PAYLOADS_FACTOR * limit if cap is None else min(cap, CHUNK_PAYLOADS_FACTOR * limit)
     fns: dict[int, tuple[_Decode, int, _Decode]] = {}  # codec -> (one call, below, bounded)
     buf = _buffer(min(int((ends - starts).sum()) * _EXPANSION, cap), reuse)
     dst = buf.data
@@ -122,12 +124,12 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False) -> Payloads:
                     )
                 part = fn[0](mv[lo:hi]) if hi - lo < fn[1] else fn[2](mv[lo:hi])
             size = len(part)
+            if q + size > cap:  # checked here too: a kept buffer may be larger than cap
+                raise CorruptRecordError(
+                    f"this batch and the ones read with it decompress past {cap} bytes "
+                    f"together ({CHUNK_PAYLOADS_FACTOR} x {LIMIT_SETTING} = {limit})"
+                )
             if q + size > buf.shape[0]:
-                if q + size > cap:
-                    raise CorruptRecordError(
-                        f"this batch and the ones read with it decompress past {cap} bytes "
-                        f"together ({CHUNK_PAYLOADS_FACTOR} x {LIMIT_SETTING} = {limit})"
-                    )
                 buf = _buffer(q + size, reuse, buf, q, cap)
                 dst = buf.data
             dst[q : q + size] = part

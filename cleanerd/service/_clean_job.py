@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,8 @@ class JobResult:
 class CleanerSlot:
     """A worker's cleaner, rebuilt only when the map size or the strategy changes."""
 
-    def __init__(self) -> None:
+    def __init__(self, decompression: Executor | None = None) -> None:
+        self.decompression = decompression  # shared by the workers (service._threads)
         self._cleaner: Cleaner | None = None
         self._key: tuple[object, ...] = ()
 
@@ -50,7 +52,11 @@ class CleanerSlot:
         key = (map_bytes, settings.strategy, load_factor, id(throttler))
         if self._cleaner is None or key != self._key:
             self._cleaner = None  # let the old map go before the new one is allocated
-            self._cleaner = Cleaner(OffsetMap(map_bytes, settings.strategy, load_factor), throttler)
+            self._cleaner = Cleaner(
+                OffsetMap(map_bytes, settings.strategy, load_factor),
+                throttler,
+                decompression_pool=self.decompression,
+            )
             self._key = key
         return self._cleaner
 

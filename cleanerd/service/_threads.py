@@ -6,6 +6,12 @@ HTTP handlers' file reads and Spark progress polls run in ``SERVICE_THREADS`` th
 ``cleanerd-service``. Kept apart so a long cleaning never delays a scrape or a survey, and a
 burst of HTTP requests never takes a cleaning's thread; asyncio's default pool serves neither.
 
+One cleaning of a compressed log also decompresses part of each chunk of pass 1 in a thread of
+``decompression_pool``: one pool for the whole daemon, shared by the ``log.cleaner.threads``
+cleanings, of ``DECOMPRESSION_THREADS`` threads (``cleanerd-decompress``), so the daemon runs at
+most that many threads besides its cleanings' own. Each holds at most its share of one chunk's
+payloads (``CHUNK_PAYLOADS_FACTOR`` times ``max.decompressed.message.bytes``, split).
+
 A job runs in a copy of the caller's context, as ``asyncio.to_thread`` does (the codecs'
 decompression limit is a context variable). A thread cannot be interrupted: ``close`` stops
 taking jobs and waits up to a timeout for the running ones, and says whether they all ended.
@@ -17,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -25,6 +32,20 @@ T = TypeVar("T")
 SERVICE_THREADS = 4
 """Threads for surveys, maintenance, HTTP file reads and Spark polls: each job is short, and
 the manager loop runs one survey or maintenance step at a time."""
+
+
+DECOMPRESSION_THREADS = min(2, os.cpu_count() or 1) - 1
+"""Threads of the daemon's decompression pool: one beside the cleanings when there is a second
+core (with one core a second thread would only take turns), none otherwise."""
+
+
+def decompression_pool() -> concurrent.futures.ThreadPoolExecutor | None:
+    """The pool the daemon's cleaners share for pass 1's decompression, or None (one core)."""
+    if DECOMPRESSION_THREADS < 1:
+        return None
+    return concurrent.futures.ThreadPoolExecutor(
+        DECOMPRESSION_THREADS, thread_name_prefix="cleanerd-decompress"
+    )
 
 
 class Blocking(Protocol):

@@ -37,7 +37,7 @@ from cleanerd.service._logging import get_logger
 from cleanerd.service._snapshot_job import run_snapshot
 from cleanerd.service._spark_engine import SparkEngine
 from cleanerd.service._status import WorkerStatus
-from cleanerd.service._threads import Blocking, ThreadPool, in_default_pool
+from cleanerd.service._threads import Blocking, ThreadPool, decompression_pool, in_default_pool
 from cleanerd.storage import TopicPartition
 
 log = get_logger("cleanerd.worker")
@@ -89,6 +89,7 @@ class WorkerPool:
         self.group = group
         self.service = service
         self.threads = ThreadPool(CLEAN_THREAD_PREFIX, settings.threads)
+        self.decompression = decompression_pool()  # shared by every worker's cleanings
         self.spark = spark  # big partitions go to Spark (service._spark_engine)
         self.budget = budget
         self.throttler = throttler
@@ -155,7 +156,10 @@ class WorkerPool:
             _, pending = await asyncio.wait(tasks, timeout=timeout_s)
             if pending:
                 return False
-        return await self.threads.close(deadline - time.monotonic())
+        ended = await self.threads.close(deadline - time.monotonic())
+        if ended and self.decompression is not None:  # no cleaning left to submit to it
+            self.decompression.shutdown(wait=False)
+        return ended
 
     # --- one worker ---------------------------------------------------------------------------
     async def _supervise(self, wid: int) -> None:
@@ -181,7 +185,7 @@ class WorkerPool:
         self._tasks.pop(wid, None)
 
     async def _loop(self, wid: int) -> None:
-        slot = CleanerSlot()
+        slot = CleanerSlot(self.decompression)
         while not self.stopping and wid < self.settings.threads:
             # snapshots rank after due cleanings and before the others (scheduling._manager)
             snap = None if self.manager.due_waiting() else self.manager.grab_snapshot()

@@ -22,7 +22,9 @@ Those records only update keys already in the map, so they never fill it.
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +39,16 @@ from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets,
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._strategy import compute_versions
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
-from cleanerd.format import ATTR_TIMESTAMP_TYPE, I64, U8, is_legacy, kernels as k
+from cleanerd.format import (
+    ATTR_CODEC_MASK,
+    ATTR_TIMESTAMP_TYPE,
+    CHUNK_PAYLOADS_FACTOR,
+    I64,
+    U8,
+    decompression_limit,
+    is_legacy,
+    kernels as k,
+)
 from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
 from cleanerd.topics import StrategyConfig
 
@@ -77,6 +88,7 @@ def _map_chunk(
     cache: RecordCache | None = None,
     segment_id: int = 0,
     touched: Arr = _NO_TOUCHED,
+    pool: Executor | None = None,
 ) -> bool:
     """Put one chunk's records into the map; True when the map filled up."""
     is_control, aborted = transaction_verdicts(meta, arr, batches, path)
@@ -92,7 +104,7 @@ def _map_chunk(
             cache.add_chunk(segment_id, batches, np.full(batches.shape[0], -1, np.int64), 0)
     else:
         g, b, full = _put_fused(
-            arr, batches, data_rows, path, start, omap, cache, segment_id, touched
+            arr, batches, data_rows, path, start, omap, cache, segment_id, touched, pool
         )
     # Kafka counts a control batch as one message and an aborted batch by its record count
     skipped = np.where(is_control, 1, np.where(aborted, counts, 0))
@@ -142,8 +154,11 @@ def _put_fused(
     cache: RecordCache | None,
     segment_id: int,
     touched: Arr,
+    pool: Executor | None = None,
 ) -> tuple[int, int, bool]:
-    """Offset strategy: one ``_fill.map_records`` call indexes, hashes, maps and caches.
+    """Offset strategy: one ``_fill.map_records`` call per part of the chunk indexes, hashes,
+    maps and caches (``_parts``: with a ``pool``, the payloads of the chunk's later part are
+    decompressed in a pool thread while this one lays out and maps the first).
 
     Any problem with the data (a payload that does not decompress, a bad record) is raised by
     indexing the same batches with the reader, so errors are exactly the reader's.
@@ -152,53 +167,72 @@ def _put_fused(
     first = np.full(nb, -1, dtype=np.int64)
     records = 0
     full_record = -1
-    cursor = -1
     laid_bytes = 0
     sub = batches[data_rows]
+    cursor = -1
     if data_rows.size:
         counts = np.ascontiguousarray(sub[:, k.B_COUNT])
-        got = payloads(arr, sub)
-        err = k.REC_COUNT_MISMATCH
-        if got is not None and k.bad_counts(got[1], got[2], counts) < 0:
-            buf, starts, ends = got
-            laid_bytes = int((ends - starts).sum())
+        parts = _parts(arr, sub, counts, pool)
+        err = k.REC_OK if parts is not None else k.REC_COUNT_MISMATCH
+        if parts is not None:
             total = int(counts.sum())
             cursor = cache.reserve(total) if cache is not None else -1
-            top = int(counts.max())
             lat = np.where(
                 sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
             )
-            tab = omap.table
             if cache is not None and cursor >= 0:
                 hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
             else:  # not kept: a chunk's worth of room for the kernel
                 hashes = np.empty((total, 2), dtype=np.uint64)
                 offsets = np.empty(total, dtype=np.int64)
                 flags = np.empty(total, dtype=np.uint8)
-            err, records, full_record, size, latest = map_records(
-                buf,
-                starts,
-                ends,
-                np.ascontiguousarray(sub[:, k.B_BASE_OFFSET]),
-                np.ascontiguousarray(sub[:, k.B_LAST_OFFSET]),
-                np.ascontiguousarray(sub[:, k.B_BASE_TIMESTAMP]),
-                counts,
-                lat,
-                np.empty((top, k.RECORD_COLUMNS), dtype=np.int64),
-                np.empty((top, 2), dtype=np.uint64),
-                tab,
-                start,
-                omap.size,
-                omap.max_entries,
-                hashes,
-                offsets,
-                flags,
-                max(cursor, 0),
-                touched,
-            )
-            omap.set_size(size)
-            if latest >= 0:
-                omap.update_latest_offset(latest)
+            scratch = np.empty((int(counts.max()), k.RECORD_COLUMNS), dtype=np.int64)
+            scratch_hashes = np.empty((scratch.shape[0], 2), dtype=np.uint64)
+            try:
+                for lo, hi, laid in parts:
+                    got = laid.result() if isinstance(laid, Future) else laid
+                    if got is None:  # past its share, or bad: the chunk as one call lays it out
+                        whole = _laid(arr, sub, counts, None, reuse=True)
+                        if whole is None:  # the reader says why
+                            err = k.REC_COUNT_MISMATCH
+                            break
+                        got = (whole[0], whole[1][lo:hi], whole[2][lo:hi])
+                    buf, starts, ends = got
+                    laid_bytes += int((ends - starts).sum())
+                    # a full map still indexes and caches the rest, as one call over the chunk does
+                    err, n, full, size, latest = map_records(
+                        buf,
+                        starts,
+                        ends,
+                        np.ascontiguousarray(sub[lo:hi, k.B_BASE_OFFSET]),
+                        np.ascontiguousarray(sub[lo:hi, k.B_LAST_OFFSET]),
+                        np.ascontiguousarray(sub[lo:hi, k.B_BASE_TIMESTAMP]),
+                        counts[lo:hi],
+                        lat[lo:hi],
+                        scratch,
+                        scratch_hashes,
+                        omap.table,
+                        start,
+                        omap.size,
+                        omap.max_entries,
+                        hashes,
+                        offsets,
+                        flags,
+                        max(cursor, 0) + records,
+                        touched,
+                    )
+                    if err != k.REC_OK:
+                        break
+                    omap.set_size(size)
+                    if latest >= 0:
+                        omap.update_latest_offset(latest)
+                    if full >= 0 and full_record < 0:
+                        full_record = records + full
+                    records += n
+            finally:  # no pool thread reads this chunk once it is left
+                for _, _, laid in parts:
+                    if isinstance(laid, Future):
+                        laid.exception()
         if err != k.REC_OK:
             index_and_hash(arr, sub, path)  # raises the reader's error for these batches
             raise AssertionError(f"{path}: map_records failed where the reader did not")
@@ -212,6 +246,55 @@ def _put_fused(
         row = int(np.searchsorted(ends_at, full_record, side="right"))
         return full_record, int(data_rows[row]), True
     return records, nb, False
+
+
+_Laid = tuple[U8, I64, I64] | None
+_Part = tuple[int, int, "_Laid | Future[_Laid]"]
+
+POOL_SHARE = (1, 3)
+"""With a pool, the pool thread decompresses all but this share of a chunk's data batches (by
+compressed bytes): this thread also maps the records of both parts, and mapping costs about
+what decompressing costs (lz4 about as much, zstd less)."""
+
+
+def _parts(arr: U8, sub: I64, counts: I64, pool: Executor | None) -> list[_Part] | None:
+    """``(lo, hi, payloads)`` of consecutive parts of ``sub``: the first laid out here, the
+    second (with a ``pool``, when the chunk has compressed batches to share) a future of the
+    pool's. Each part is laid out within its share of ``CHUNK_PAYLOADS_FACTOR`` times the
+    limit, so both together hold no more than one call would; when either does not fit its
+    share or does not decompress, the whole chunk is laid out here, as without a pool. None when
+    that fails too (the reader then says why)."""
+    n = sub.shape[0]
+    sizes = sub[:, k.B_SIZE]
+    if pool is not None and n >= 2 and (sub[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any():
+        num, den = POOL_SHARE
+        cut = int(np.searchsorted(np.cumsum(sizes), int(sizes.sum()) * num // den)) + 1
+        cut = min(max(cut, 1), n - 1)
+        whole = CHUNK_PAYLOADS_FACTOR * decompression_limit()
+        mine = whole * num // den
+        try:  # the pool thread sees this thread's decompression limit (a context variable)
+            later = pool.submit(
+                contextvars.copy_context().run, _laid, arr, sub[cut:], counts[cut:], whole - mine
+            )
+        except RuntimeError:  # the pool is shut down (the daemon is stopping): all here
+            later = None
+        if later is not None:
+            here = _laid(arr, sub[:cut], counts[:cut], mine, reuse=True)
+            if here is not None:
+                return [(0, cut, here), (cut, n, later)]
+            later.exception()  # wait: the pool thread may still read the chunk
+    got = _laid(arr, sub, counts, None, reuse=True)
+    return None if got is None else [(0, n, got)]
+
+
+def _laid(
+    arr: U8, sub: I64, counts: I64, cap: int | None, *, reuse: bool = False
+) -> tuple[U8, I64, I64] | None:
+    """``payloads`` of ``sub`` within ``cap`` whose record counts fit, or None."""
+    got = payloads(arr, sub, cap=cap, reuse=reuse)
+    if got is None or k.bad_counts(got[1], got[2], counts) >= 0:
+        return None
+    return got
 
 
 def clear_map(omap: OffsetMap, touched: Arr | None) -> None:
@@ -242,6 +325,7 @@ def build_offset_map(
     on_chunk: OnChunk,
     cache: RecordCache | None = None,
     touched: Arr | None = None,
+    pool: Executor | None = None,
 ) -> MapBuild:
     """Fill ``omap`` from the dirty segments over [start, end); Kafka's ``buildOffsetMap``.
 
@@ -249,7 +333,9 @@ def build_offset_map(
     The returned end offset is ``latest_offset + 1``: ``end`` unless the map filled up.
     ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2. ``touched`` (a
     ``_touched.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
-    start cost the slots the last build used instead of the whole table.
+    start cost the slots the last build used instead of the whole table. ``pool`` (if given)
+    decompresses part of each chunk while this thread maps the rest (``_parts``); the map is
+    the same either way.
     """
     clear_map(omap, touched)
     if touched is None or touched.shape[0] * 64 < omap.slots:
@@ -265,7 +351,18 @@ def build_offset_map(
         for batches in iter_chunks(arr, path=path, start=position, prev_last_offset=prev):
             on_chunk(int(batches[:, k.B_SIZE].sum()))
             if _map_chunk(
-                arr, batches, path, start, omap, strategy, meta, stats, cache, id(seg), touched
+                arr,
+                batches,
+                path,
+                start,
+                omap,
+                strategy,
+                meta,
+                stats,
+                cache,
+                id(seg),
+                touched,
+                pool,
             ):
                 result.full = True
                 break
