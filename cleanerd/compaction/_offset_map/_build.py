@@ -235,6 +235,7 @@ def build_offset_map(
     on_chunk: OnChunk,
     cache: RecordCache | None = None,
     touched: Arr | None = None,
+    prechecked: frozenset[int] = frozenset(),
 ) -> MapBuild:
     """Fill ``omap`` from the dirty segments over [start, end); Kafka's ``buildOffsetMap``.
 
@@ -242,7 +243,9 @@ def build_offset_map(
     The returned end offset is ``latest_offset + 1``: ``end`` unless the map filled up.
     ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2. ``touched`` (a
     ``_touched.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
-    start cost the slots the last build used instead of the whole table.
+    start cost the slots the last build used instead of the whole table. The segments in
+    ``prechecked`` (``id()``; every batch's CRC already checked in this cleaning) are walked
+    without their CRCs.
     """
     clear_map(omap, touched)
     if touched is None or touched.shape[0] * 64 < omap.slots:
@@ -255,7 +258,10 @@ def build_offset_map(
         arr = seg.view()
         path = str(seg.log_path)
         prev = seg.base_offset - 1 if position == 0 else -1
-        for batches in iter_chunks(arr, path=path, start=position, prev_last_offset=prev):
+        crc = id(seg) not in prechecked
+        for batches in iter_chunks(
+            arr, path=path, start=position, prev_last_offset=prev, check_crc=crc
+        ):
             on_chunk(int(batches[:, k.B_SIZE].sum()))
             if _map_chunk(
                 arr, batches, path, start, omap, strategy, meta, stats, cache, id(seg), touched
@@ -303,11 +309,13 @@ def update_from_clean_prefix(
     omap: OffsetMap,
     strategy: StrategyConfig,
     on_chunk: OnChunk,
+    prechecked: frozenset[int] = frozenset(),
 ) -> None:
     """Let records before ``first_dirty`` compete for the keys already in the map.
 
     Only for versioned strategies (under ``offset`` a dirty record always beats a clean one).
     Keys not in the map are left out, so the map never grows; the latest offset is unchanged.
+    CRCs are checked except in ``prechecked`` segments (as ``build_offset_map``).
     """
     if not strategy.versioned or omap.size == 0 or not clean:
         return
@@ -321,7 +329,13 @@ def update_from_clean_prefix(
         for seg in clean:
             arr = seg.view()
             path = str(seg.log_path)
-            for batches in iter_chunks(arr, path=path, prev_last_offset=seg.base_offset - 1):
+            chunks = iter_chunks(
+                arr,
+                path=path,
+                prev_last_offset=seg.base_offset - 1,
+                check_crc=id(seg) not in prechecked,
+            )
+            for batches in chunks:
                 on_chunk(int(batches[:, k.B_SIZE].sum()))
                 is_control, aborted = transaction_verdicts(meta, arr, batches, path)
                 counts = batches[:, k.B_COUNT]
