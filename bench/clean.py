@@ -34,9 +34,9 @@ The cleaner runs on one thread, or with ``--threads N`` (N >= 2) on its own plus
 CPU time counts the cleaner's own thread only. ``cp`` of the same input (segment
 0's ``.log``) from tmpfs to tmpfs is timed ``--repeat`` times after a warm-up as the limit. Times
 are best of ``--repeat`` (every run is in ``seconds_runs``, medians in ``seconds_median``); the
-thread's CPU time for open + plan + clean is in ``cpu_seconds_*`` (on a loaded machine the wall
-time also counts waiting for a core); peak RSS is the largest. Prints one JSON document on
-stdout; progress goes to stderr.
+thread's CPU time for open + plan + clean is in ``cpu_seconds_*``, and each stage's median in
+``cpu_seconds_median_by_stage`` (on a loaded machine the wall time also counts waiting for a
+core); peak RSS is the largest. Prints one JSON document on stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -267,6 +267,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     c1b = time.thread_time()
     plog = PartitionLog(directory / PARTITION, log_config(), clock=lambda: NOW_MS)
     t2 = time.perf_counter()
+    c2 = time.thread_time()
     _, p = plan_log(plog, cfg, NOW_MS)
     t3 = time.perf_counter()
     c3 = time.thread_time()
@@ -305,7 +306,12 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         },
         # CPU time of this thread (the cleaner's only one) for open + plan + clean: what the code
         # costs, apart from waiting for a core on a loaded machine
-        "cpu_seconds": {"open_plan_clean": (c3 - c1b) + (c4 - c3b)},
+        "cpu_seconds": {
+            "open_plan_clean": (c3 - c1b) + (c4 - c3b),
+            "open": c2 - c1b,
+            "plan": c3 - c2,
+            "clean": c4 - c3b,
+        },
         "baseline_rss_kib": baseline_kib,
         "rss_before_open_kib": before_kib,
         "plan_peak_rss_kib": plan_peak_kib,
@@ -443,6 +449,10 @@ def measure_codec(args: argparse.Namespace, codec: str) -> dict[str, Any]:
         "cpu_seconds_median": round(
             statistics.median(r["cpu_seconds"]["open_plan_clean"] for r in runs), 4
         ),
+        "cpu_seconds_median_by_stage": {
+            name: round(statistics.median(r["cpu_seconds"][name] for r in runs), 4)
+            for name in ("open", "plan", "clean")
+        },
         "cp_seconds": round(cp, 4),
         "cp_mb_per_s": round(size / cp / 1e6, 1),
         "x_cp": round(e2e / cp, 2),

@@ -105,13 +105,14 @@ def transaction_verdicts(
     return is_control, can_discard
 
 
-def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | None = None) -> None:
+def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | None = None) -> bool:
     """Fold one segment into ``state`` a chunk at a time (bounded resident memory); a segment
     pass 1 read whole (and checked) comes from ``cache`` instead (a ``SegmentFold``).
 
     As ``producer_state.fold_segment``: every batch is checked (CRC, lengths, rising offsets)
     and a corrupt one raises, naming it; only a batch cut short by the end of the file (a
-    writer's append in flight) ends the walk quietly."""
+    writer's append in flight) ends the walk quietly. True when this walk checked the whole
+    segment itself (not from the cache, not cut short)."""
     arr, path = seg.view(), str(seg.log_path)
     cached = cache.chunks(id(seg)) if cache is not None else None
     chunks: Iterable[I64] = (
@@ -125,6 +126,8 @@ def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | N
     except CorruptRecordError as exc:
         if not exc.is_truncation:
             raise
+        return False
+    return cached is None
 
 
 def segments_between(

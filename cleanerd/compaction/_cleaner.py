@@ -7,6 +7,13 @@
    so corrupt input stops the clean before any segment is replaced. (A record that does not
    parse inside a batch whose CRC is right is only found when pass 2 reads it; in an already
    clean segment that can be after earlier groups were swapped.)
+
+Each batch's CRC is checked once per cleaning: the plan's producer-state walk checks every batch
+of every segment, and the clean claims what it checked (``PartitionLog.claim_checked_segments``,
+with the plan's token: segments unchanged since, same objects and file keys). Pass 1, the clean
+prefix's walk and step 2 walk the claimed segments without their CRCs (lengths, magic and offsets
+are still checked); the others (a plan made by hand, a walk reused from an earlier cleaning, a
+file changed since the plan) they check in full, as before.
 3. Pass 2: all segments from the log start with base offset < ``end_offset``, grouped as Kafka
    groups them (``_grouping``); each group is filtered chunk by chunk (``_filter``) into one
    ``.cleaned`` segment (``_cleaned._writer``), or several when the output would overflow one
@@ -179,6 +186,7 @@ class Cleaner:
 
         on_chunk = self._on_chunk(log, abort_check)
         trust_txn_indexes(log, stats)
+        prechecked = frozenset() if plan.checks is None else log.claim_checked_segments(plan.checks)
         segments = list(log.segments)
         cleanable = segments[:-1]  # never the active segment
         dirty = segments_between(cleanable, start, upper)
@@ -197,16 +205,23 @@ class Cleaner:
             cache,
             self._touched,
             self.decompression_pool,
+            prechecked,
         )
         update_from_clean_prefix(
-            segments_between(cleanable, -1, start), segments, start, self.map, strategy, on_chunk
+            segments_between(cleanable, -1, start),
+            segments,
+            start,
+            self.map,
+            strategy,
+            on_chunk,
+            prechecked,
         )
         stats.buffer_utilization = self.map.utilization
         stats.index_done()
         end = build.end_offset
 
         sources = segments_between(cleanable, -1, end)
-        self._check(sources, build.checked, on_chunk)
+        self._check(sources, build.checked | prechecked, on_chunk)
         ctx = self._context(
             log, config, strategy, now_ms, log.high_watermark, cache, keep_tombstones_from
         )
@@ -267,9 +282,12 @@ class Cleaner:
 
     @staticmethod
     def _check(
-        segments: Sequence[LogSegment], checked: set[int], on_chunk: Callable[[int], None]
+        segments: Sequence[LogSegment],
+        checked: set[int] | frozenset[int],
+        on_chunk: Callable[[int], None],
     ) -> None:
-        """Walk and CRC-check every batch of the segments pass 1 did not read whole."""
+        """Walk and CRC-check every batch of the segments neither the producer-state walk
+        this cleaning claimed nor pass 1 checked whole."""
         for seg in segments:
             if id(seg) not in checked:
                 for _ in iter_chunks(
@@ -328,7 +346,8 @@ def trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
     the ABORT markers; those that do not are rebuilt (``PartitionLog.check_txn_indexes``), so
     no cleaning takes an aborted transaction for committed. The plan does not depend on them
     (its LSO comes from the markers), so it stands. The producer-state walk (every batch
-    checked) is the plan's when the segments are unchanged since."""
+    checked) is the plan's when the segments are unchanged since; a walk made here (they
+    changed) counts as this cleaning's too (``PartitionLog.claim_checked_segments``)."""
     check_offsets_across(log.segments)
     problems = log.check_txn_indexes(fold_producers)
     if problems:

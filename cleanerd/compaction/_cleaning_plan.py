@@ -67,6 +67,7 @@ class LogMeta:
     log_end_offset: int
     last_stable_offset: int
     checkpoint: int | None = None  # the cleaner-offset-checkpoint entry (first dirty offset)
+    checks: int | None = None  # ``PartitionLog.begin_checks``'s token for the walk, if one ran
 
     def __post_init__(self) -> None:
         if not self.segments:
@@ -101,7 +102,9 @@ class LogMeta:
         """
         segments = tuple(SegmentMeta.from_segment(s) for s in list(log.segments))
         leo = segments[-1].next_offset
+        checks = None
         if last_stable_offset is None:
+            checks = log.begin_checks()  # the clean skips the CRCs this walk checks
             last_stable_offset = log.last_stable_offset(fold_producers)
         return cls(
             topic_partition=log.topic_partition,
@@ -110,6 +113,7 @@ class LogMeta:
             log_end_offset=leo,
             last_stable_offset=min(last_stable_offset, leo),
             checkpoint=checkpoint,
+            checks=checks,
         )
 
 
@@ -312,6 +316,7 @@ class CleaningPlan:
     must_clean_bytes: int
     min_cleanable_dirty_ratio: float
     deadline_ms: int | None = None  # compaction_deadline_ms: None, no deadline
+    checks: int | None = None  # LogMeta.checks: the clean claims what the plan's walk checked
 
     @property
     def total_bytes(self) -> int:
@@ -383,6 +388,7 @@ def plan(log: LogMeta, config: TopicCleanerConfig, now_ms: int) -> CleaningPlan:
         ),
         min_cleanable_dirty_ratio=config.min_cleanable_dirty_ratio,
         deadline_ms=compaction_deadline_ms(log, offsets.first_dirty_offset, config),
+        checks=log.checks,
     )
 
 

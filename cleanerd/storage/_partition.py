@@ -63,7 +63,7 @@ from cleanerd.storage._producer_state import (
 )
 from cleanerd.storage._regular import truncate_regular
 from cleanerd.storage._rolling import is_idle, jitter_ms, should_roll
-from cleanerd.storage._segment import LogSegment
+from cleanerd.storage._segment import FileKey, LogSegment
 from cleanerd.storage._segment_list import SegmentWatch, list_logs, open_segment
 from cleanerd.storage._segment_times import complete_time_index
 from cleanerd.storage._swap import RecoveryReport, recover_temp_files, replace_segments
@@ -117,6 +117,9 @@ class PartitionLog:
         self.leader_epochs = LeaderEpochCache(self.directory)
         self._txn_firsts: dict[int, int] | None = None  # producer id -> its open txn's first offset
         self._producers: ProducerSnapshot | None = None
+        # segments the producer-state walks since ``begin_checks`` checked whole, unclaimed
+        self._unclaimed_checks: dict[int, tuple[LogSegment, FileKey]] = {}
+        self._checks_epoch = 0
         self._txn_rebuilds: set[int] = set()  # segments whose indexes were rebuilt on open
         self.segments: list[LogSegment] = []
         self._watch = SegmentWatch(self.directory)
@@ -225,8 +228,41 @@ class PartitionLog:
         """Producers and transactions, from a walk over every batch header (``fold`` walks one
         segment). The last walk is reused while the segments are unchanged (``take_snapshot``)."""
         snap = take_snapshot(list(self.segments), fold, self._producers)
+        if snap is not self._producers:
+            walked = {id(s): key for s, key in zip(snap.segments, snap.keys, strict=True)}
+            kept = {
+                i: (seg, key)
+                for i, (seg, key) in self._unclaimed_checks.items()
+                if walked.get(i) == key  # held here, so the id is still this object's
+            }
+            for i in snap.checked:
+                kept[id(snap.segments[i])] = (snap.segments[i], snap.keys[i])
+            self._unclaimed_checks = kept
         self._producers = snap
         return snap.state.copy()
+
+    def begin_checks(self) -> int:
+        """Start recording which segments the producer-state walks check whole (a cleaning's
+        plan calls this before its walk); returns the token ``claim_checked_segments`` takes.
+        What earlier walks checked is forgotten: it was not checked in this cleaning."""
+        self._checks_epoch += 1
+        self._unclaimed_checks = {}
+        return self._checks_epoch
+
+    def claim_checked_segments(self, epoch: int) -> frozenset[int]:
+        """``id()`` of the segments whose every batch (CRC included) a producer-state walk
+        checked since ``begin_checks`` returned ``epoch``, unchanged since (same object, same
+        file key); empty when another ``begin_checks`` came between. The claim empties the set,
+        so one walk's checks serve one cleaning. Below the active segment a file changes only
+        by a swap, deletion or truncation (new objects or a new key), so the cleaning that
+        claims them need not check those bytes again."""
+        claimed, self._unclaimed_checks = self._unclaimed_checks, {}
+        if epoch != self._checks_epoch:
+            return frozenset()
+        ids = {id(s) for s in self.segments}
+        return frozenset(
+            i for i, (seg, key) in claimed.items() if i in ids and seg.file_key() == key
+        )
 
     def last_stable_offset(self, fold: SegmentFold = fold_segment) -> int:
         return self.producer_state(fold).last_stable_offset(self.high_watermark)
@@ -518,6 +554,7 @@ class PartitionLog:
 
     def close(self) -> None:
         self._producers = None
+        self._unclaimed_checks = {}
         with self.writer_lock:
             self.active_segment.flush()
             for seg in self.segments:

@@ -3,7 +3,9 @@
 Kafka keeps this in ``ProducerStateManager`` (with snapshots); cleanerd rebuilds it by walking the
 batch headers of a log, which the numba batch walk makes cheap. Only control batches are decoded
 (one record each) to tell COMMIT from ABORT. A ``ProducerSnapshot`` keeps the result with what it
-was walked from, so one cleaning (its plan, then its pass 2) walks the log once.
+was walked from, so one cleaning (its plan, then its pass 2) walks the log once. It also says
+which segments the walk that made it checked whole (CRCs included), so the cleaning that planned
+from it need not check them again (``PartitionLog.claim_checked_segments``).
 """
 
 from __future__ import annotations
@@ -139,8 +141,9 @@ def scan_producer_state(scans: Iterable[tuple[U8, I64, str | None]]) -> Producer
     return state
 
 
-SegmentFold = Callable[[LogSegment, ProducerState], None]
-"""Folds one segment's batches, in offset order, into a producer state. Every fold gives the
+SegmentFold = Callable[[LogSegment, ProducerState], bool]
+"""Folds one segment's batches, in offset order, into a producer state; True when it checked
+every batch of the segment itself (CRC included) to the end of its file. Every fold gives the
 same state (they differ only in how they map and walk), so a snapshot serves them all."""
 
 
@@ -156,6 +159,7 @@ class ProducerSnapshot:
     keys: tuple[FileKey, ...]
     prefix: ProducerState  # after every segment but the active one
     state: ProducerState
+    checked: tuple[int, ...] = ()  # indexes of the segments this walk checked whole (CRC too)
 
     def _same(self, segments: tuple[LogSegment, ...], keys: tuple[FileKey, ...], n: int) -> bool:
         """The first ``n`` segments are the ones walked, unchanged."""
@@ -173,20 +177,21 @@ def take_snapshot(
     keys = tuple(s.file_key() for s in segs)  # before the walk: a change during it shows later
     if previous is not None and previous._same(segs, keys, len(segs)):
         return previous
+    checked: list[int] = []
     if previous is not None and previous._same(segs, keys, len(segs) - 1):
         prefix = previous.prefix
     else:
         prefix = ProducerState()
-        for seg, key in zip(segs[:-1], keys, strict=False):
-            if key[1]:  # an empty file has no batches to fold
-                fold(seg, prefix)
+        for i, (seg, key) in enumerate(zip(segs[:-1], keys, strict=False)):
+            if key[1] and fold(seg, prefix):  # an empty file has no batches to fold
+                checked.append(i)
     state = prefix.copy()
-    if segs and keys[-1][1]:
-        fold(segs[-1], state)
-    return ProducerSnapshot(segs, keys, prefix, state)
+    if segs and keys[-1][1] and fold(segs[-1], state):
+        checked.append(len(segs) - 1)
+    return ProducerSnapshot(segs, keys, prefix, state, tuple(checked))
 
 
-def fold_segment(seg: LogSegment, state: ProducerState) -> None:
+def fold_segment(seg: LogSegment, state: ProducerState) -> bool:
     """Fold a whole segment's batches, through a map of its own (the pages it touches do not
     stay in a long-lived log's map). Every batch is checked (CRC, lengths, offsets rising from
     the base offset): a corrupt one raises ``CorruptRecordError`` naming it, since a producer
@@ -197,3 +202,4 @@ def fold_segment(seg: LogSegment, state: ProducerState) -> None:
     state.apply(arr, scan.batches, str(seg.log_path))
     if scan.error is not None and not scan.error.is_truncation:
         raise scan.error
+    return scan.error is None

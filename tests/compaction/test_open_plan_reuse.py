@@ -181,9 +181,9 @@ def test_only_the_active_segment_is_walked_again(tmp_path: Path) -> None:
     p(4)  # an aborted and an open transaction in the active segment
     walked: list[int] = []
 
-    def fold(seg: LogSegment, state: ProducerState) -> None:
+    def fold(seg: LogSegment, state: ProducerState) -> bool:
         walked.append(seg.base_offset)
-        fold_segment(seg, state)
+        return fold_segment(seg, state)
 
     log.producer_state(fold)
     assert walked == [s.base_offset for s in log.segments]

@@ -326,6 +326,7 @@ def build_offset_map(
     cache: RecordCache | None = None,
     touched: Arr | None = None,
     pool: Executor | None = None,
+    prechecked: frozenset[int] = frozenset(),
 ) -> MapBuild:
     """Fill ``omap`` from the dirty segments over [start, end); Kafka's ``buildOffsetMap``.
 
@@ -335,7 +336,8 @@ def build_offset_map(
     ``_touched.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
     start cost the slots the last build used instead of the whole table. ``pool`` (if given)
     decompresses part of each chunk while this thread maps the rest (``_parts``); the map is
-    the same either way.
+    the same either way. The segments in ``prechecked`` (``id()``; every batch's CRC already
+    checked in this cleaning) are walked without their CRCs.
     """
     clear_map(omap, touched)
     if touched is None or touched.shape[0] * 64 < omap.slots:
@@ -348,7 +350,10 @@ def build_offset_map(
         arr = seg.view()
         path = str(seg.log_path)
         prev = seg.base_offset - 1 if position == 0 else -1
-        for batches in iter_chunks(arr, path=path, start=position, prev_last_offset=prev):
+        crc = id(seg) not in prechecked
+        for batches in iter_chunks(
+            arr, path=path, start=position, prev_last_offset=prev, check_crc=crc
+        ):
             on_chunk(int(batches[:, k.B_SIZE].sum()))
             if _map_chunk(
                 arr,
@@ -407,11 +412,13 @@ def update_from_clean_prefix(
     omap: OffsetMap,
     strategy: StrategyConfig,
     on_chunk: OnChunk,
+    prechecked: frozenset[int] = frozenset(),
 ) -> None:
     """Let records before ``first_dirty`` compete for the keys already in the map.
 
     Only for versioned strategies (under ``offset`` a dirty record always beats a clean one).
     Keys not in the map are left out, so the map never grows; the latest offset is unchanged.
+    CRCs are checked except in ``prechecked`` segments (as ``build_offset_map``).
     """
     if not strategy.versioned or omap.size == 0 or not clean:
         return
@@ -425,7 +432,13 @@ def update_from_clean_prefix(
         for seg in clean:
             arr = seg.view()
             path = str(seg.log_path)
-            for batches in iter_chunks(arr, path=path, prev_last_offset=seg.base_offset - 1):
+            chunks = iter_chunks(
+                arr,
+                path=path,
+                prev_last_offset=seg.base_offset - 1,
+                check_crc=id(seg) not in prechecked,
+            )
+            for batches in chunks:
                 on_chunk(int(batches[:, k.B_SIZE].sum()))
                 is_control, aborted = transaction_verdicts(meta, arr, batches, path)
                 counts = batches[:, k.B_COUNT]
