@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from cleanerd.compaction._batches import fold_producers
@@ -67,7 +67,9 @@ class LogMeta:
     log_end_offset: int
     last_stable_offset: int
     checkpoint: int | None = None  # the cleaner-offset-checkpoint entry (first dirty offset)
-    checks: int | None = None  # ``PartitionLog.begin_checks``'s token for the walk, if one ran
+    # ``PartitionLog.begin_checks``'s token for the walk, if one ran: which walk, not what the
+    # log is, so two metadata of one log compare equal whoever made them
+    checks: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.segments:
@@ -316,7 +318,8 @@ class CleaningPlan:
     must_clean_bytes: int
     min_cleanable_dirty_ratio: float
     deadline_ms: int | None = None  # compaction_deadline_ms: None, no deadline
-    checks: int | None = None  # LogMeta.checks: the clean claims what the plan's walk checked
+    # LogMeta.checks: the clean claims what the plan's walk checked (not part of the plan)
+    checks: int | None = field(default=None, compare=False)
 
     @property
     def total_bytes(self) -> int:
