@@ -394,8 +394,8 @@ def decide_chunk(
 
 
 class LegacyEmptyBatchError(RuntimeError):
-    """Kafka's cleaner stops here too: an emptied legacy message it must keep (the last of the
-    cleaning round) has no empty form before magic 2 (``MemoryRecords.filterTo`` throws
+    """Kafka's cleaner stops here too: an emptied legacy message it must keep (the one ending
+    at the high watermark) has no empty form before magic 2 (``MemoryRecords.filterTo`` throws
     IllegalStateException)."""
 
 
@@ -432,6 +432,6 @@ def refuse_empty_legacy(batches: I64, empty: Bools, path: str) -> None:
         raise LegacyEmptyBatchError(
             f"{path} at byte {int(row[k.B_POS])}: the legacy (magic {int(row[k.B_MAGIC])})"
             f" message ending at offset {int(row[k.B_LAST_OFFSET])} loses every record but must"
-            " be kept as the last of the cleaning round; magic 0 and 1 have no empty batch, so"
+            " be kept, as it ends at the high watermark; magic 0 and 1 have no empty batch, so"
             " Kafka's cleaner stops here too (IllegalStateException)"
         )
