@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd._kernel import kernel
-from cleanerd.format._pointer import Ptr, data_ptr
+from cleanerd.format._pointer import Ptr, data_ptr, load_le64
 
 Arr = npt.NDArray[Any]
 
@@ -38,14 +38,6 @@ def _fmix(k: np.uint64) -> np.uint64:
     return k
 
 
-@kernel()
-def _le64(buf: Ptr, p: int) -> np.uint64:
-    v = np.uint64(0)
-    for i in range(8):
-        v |= np.uint64(buf[p + i]) << np.uint64(8 * i)
-    return v
-
-
 @kernel(nogil=True)
 def murmur3_128(buf: Arr, pos: int, length: int) -> tuple[np.uint64, np.uint64]:
     """MurmurHash3 x64 128, seed 0, of ``buf[pos:pos+length]``: (h1, h2)."""
@@ -58,8 +50,8 @@ def murmur3_128_at(buf: Ptr, pos: int, length: int) -> tuple[np.uint64, np.uint6
     h2 = np.uint64(0)
     nblocks = length // 16
     for i in range(nblocks):
-        k1 = _le64(buf, pos + 16 * i)
-        k2 = _le64(buf, pos + 16 * i + 8)
+        k1 = load_le64(buf, pos + 16 * i)
+        k2 = load_le64(buf, pos + 16 * i + 8)
         k1 *= _C1
         k1 = _rotl(k1, 31)
         k1 *= _C2
@@ -79,15 +71,20 @@ def murmur3_128_at(buf: Ptr, pos: int, length: int) -> tuple[np.uint64, np.uint6
     k1 = np.uint64(0)
     k2 = np.uint64(0)
     if rem > 8:
-        for i in range(rem - 1, 7, -1):
-            k2 ^= np.uint64(buf[tail + i]) << np.uint64(8 * (i - 8))
+        # bytes tail+8 .. tail+rem-1: the top of the word that ends at the key's end
+        k2 = load_le64(buf, tail + rem - 8) >> np.uint64(8 * (16 - rem))
         k2 *= _C2
         k2 = _rotl(k2, 33)
         k2 *= _C1
         h2 ^= k2
     if rem > 0:
-        for i in range(min(rem, 8) - 1, -1, -1):
-            k1 ^= np.uint64(buf[tail + i]) << np.uint64(8 * i)
+        if rem >= 8:
+            k1 = load_le64(buf, tail)
+        elif tail + rem >= 8:
+            k1 = load_le64(buf, tail + rem - 8) >> np.uint64(8 * (8 - rem))
+        else:
+            for i in range(rem - 1, -1, -1):
+                k1 ^= np.uint64(buf[tail + i]) << np.uint64(8 * i)
         k1 *= _C1
         k1 = _rotl(k1, 31)
         k1 *= _C2

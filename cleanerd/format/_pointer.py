@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from llvmlite import ir  # type: ignore[import-untyped]
 from numba import types
 from numba.extending import intrinsic
 
 Ptr = Any  # a numba CPointer(uint8) inside kernels (see data_ptr)
 _CPointer: Any = types.CPointer
+_I64 = ir.IntType(64)
 
 
 def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
@@ -31,3 +34,23 @@ def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
 
 
 data_ptr: Any = intrinsic(_data_ptr_typing)
+
+
+def _load_le64_typing(typingctx: Any, ptr: Any, offset: Any) -> Any:
+    """The 8 bytes at ``ptr + offset`` as a little-endian uint64, at any alignment."""
+    if not isinstance(ptr, types.CPointer) or not isinstance(offset, types.Integer):
+        return None
+    sig = types.uint64(ptr, offset)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        p, o = args
+        addr = builder.bitcast(builder.gep(p, [o]), _I64.as_pointer())
+        value = builder.load(addr, align=1)
+        if sys.byteorder == "big":
+            value = builder.bswap(value)
+        return value
+
+    return sig, codegen
+
+
+load_le64: Any = intrinsic(_load_le64_typing)

@@ -206,6 +206,22 @@ def test_fused_hashes_every_key_length() -> None:
     assert records.shape[0] == 50
 
 
+def test_murmur3_reads_only_the_key_wherever_it_lies() -> None:
+    # the tail is read as whole words, some reaching back before the key: every length 0..64
+    # at every start 0..9 of its buffer (the first 7 bytes take the byte-by-byte path), with
+    # two different bytes around the key, must give mmh3's hash of the key alone
+    rng = np.random.default_rng(11)
+    for n in range(65):
+        key = rng.bytes(n)
+        want = mmh3_pair(key)
+        for start in range(10):
+            for fill in (0x00, 0xFF):
+                buf = np.full(start + n + 3, fill, dtype=np.uint8)
+                buf[start : start + n] = np.frombuffer(key, dtype=np.uint8)
+                got = k.murmur3_128(buf[: start + n + (fill & 3)], start, n)
+                assert tuple(int(h) for h in got) == want, (n, start, fill)
+
+
 def test_kernel_rejects_small_outputs() -> None:
     data = np.frombuffer(build_batch([Record(i, i, b"k", b"v") for i in range(4)]), np.uint8)
     b = scan_batches(data).batches
