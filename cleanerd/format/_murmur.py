@@ -2,6 +2,12 @@
 
 ``murmur3_128_at`` takes a raw pointer so the record index can hash each key as it parses it
 (see ``pointer.data_ptr``); ``mmh3.hash128(key, 0, True)`` gives the same value.
+
+Words are read with one unaligned load each (``pointer.load_le64``), the tail too: its last
+word is the 8 bytes that end where the key ends, shifted, so a 10-byte key costs two loads, not
+ten. A tail shorter than a word reads bytes before the key (in the buffer, which starts at the
+pointer) when there are 8 of them; only a key within the buffer's first 7 bytes goes byte by
+byte.
 """
 
 from __future__ import annotations
