@@ -30,6 +30,7 @@ import click
 import numpy as np
 
 from cleanerd._jitcache import temporary_cache
+from cleanerd._kernel import use_numba
 from cleanerd.cli._options import format_option
 from cleanerd.compaction import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory, compile_clock
 from cleanerd.format import index_batches, scan_batches, snappy_fallback_reason
@@ -110,7 +111,12 @@ def _warm_arrow_columns(partition: Path) -> bool:
 
 
 def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupReport:
-    """Run every kernel path once on logs written under ``workdir``."""
+    """Run every kernel path once on logs written under ``workdir``.
+
+    Every kernel runs through numba here (``use_numba``): what is cached is numba's own cache,
+    and each signature numba compiles or loads also keeps the copy later commands load without
+    numba (``cleanerd._kernel``)."""
+    use_numba()
     started = time.perf_counter()
     runs: list[str] = []
     log_config = LogConfig(compact=True)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import types
-from numba.extending import intrinsic
+from cleanerd._kernel import intrinsic
 
 Ptr = Any  # a numba CPointer(uint8) inside kernels (see data_ptr)
-_CPointer: Any = types.CPointer
 
 
 def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
@@ -20,9 +18,12 @@ def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
     instead: it carries no reference count, and indexing it has no negative-index wraparound. The
     array must outlive the pointer: take it in the kernel that holds the array for the whole call.
     """
+    from numba import types  # noqa: PLC0415 (numba only to compile: cleanerd/_kernel.py)
+
     if not isinstance(arr, types.Array) or arr.layout != "C":
         return None
-    sig = _CPointer(arr.dtype)(arr)
+    pointer: Any = types.CPointer
+    sig = pointer(arr.dtype)(arr)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         return context.make_array(arr)(context, builder, value=args[0]).data
