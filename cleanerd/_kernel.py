@@ -14,7 +14,9 @@ though a kernel loaded as machine code needs neither. So a kernel is loaded in o
   ``_dynfunc``, ``_nrt_python``: C extensions, imported without the numba package) and calls
   it when the arguments' types are exactly those of a kept signature (:func:`_arg_key`, what
   numba's ``typeof`` says of arrays and scalars). Anything else (another type, a kernel never
-  kept, a copy made by another numba, CPU or source file) goes to numba, as before;
+  kept, a copy made by another numba, CPU or source file) goes to numba, as before. numba's own
+  code still imports numba when it needs Python objects it pickled: a kernel that raises, or
+  returns a new array (its class), imports it on the first such return;
 - **numba with a light cache load**: numba's dispatcher, whose cache (:class:`_LightCache`)
   loads the cached machine code with only what running it needs, not numba's compiler set-up
   (it imports and registers the implementation of every Python and numpy feature it can
@@ -186,6 +188,13 @@ class Kernel(Generic[F]):
             return self._light
 
 
+def kernels() -> list[Kernel[Any]]:
+    """Every kernel made in this process (modules name numba's dispatchers once numba is in
+    use: ``Kernel.dispatcher``)."""
+    with _LOCK:
+        return list(_KERNELS)
+
+
 def _named(module: str, qualname: str) -> Any:
     return getattr(importlib.import_module(module), qualname)
 
@@ -271,26 +280,21 @@ def _SwapOnCompile() -> Any:  # noqa: N802 (a class made when numba is imported)
 
 def _light_cache_class() -> type:
     from numba.core.caching import FunctionCache  # noqa: PLC0415 (numba only when needed)
-    from numba.core.runtime import nrt  # noqa: PLC0415
 
     class LightCache(FunctionCache):
         """numba's per-kernel cache, minus the compiler's set-up before a load; it keeps a copy
         of each signature it saves or loads for :class:`Kernel`'s numba-free load."""
 
         def load_overload(self, sig: Any, target_context: Any) -> Any:
-            try:
-                guard = self._guard_against_spurious_io_errors
-                index_key = self._index_key
-                cache_file = self._cache_file
-                rebuild = self._impl.rebuild
-                initialize = nrt.rtsys.initialize
-            except AttributeError:  # another numba's internals: its own (full) load
+            internals = _light_internals(self)
+            if internals is None:  # another numba's internals: its own (full) load
                 return super().load_overload(sig, target_context)  # type: ignore[no-untyped-call]
+            guard, enabled, index_key, cache_file, rebuild, initialize = internals
             initialize(target_context)  # safe to repeat: it runs once
             with guard():
-                if not self._enabled:
+                if not enabled:
                     return None
-                data = cache_file.load(index_key(sig, target_context.codegen()))  # type: ignore[no-untyped-call]
+                data = cache_file.load(index_key(sig, target_context.codegen()))
                 if data is None:
                     return None
                 _keep(self._py_func, data)
@@ -308,6 +312,23 @@ def _light_cache_class() -> type:
 
 
 _light_cache: type | None = None
+
+
+def _light_internals(cache: Any) -> tuple[Any, ...] | None:
+    """What the light load uses of numba's cache, None when this numba has other internals."""
+    from numba.core.runtime import nrt  # noqa: PLC0415 (numba is loaded here)
+
+    try:
+        return (
+            cache._guard_against_spurious_io_errors,
+            cache._enabled,
+            cache._index_key,
+            cache._cache_file,
+            cache._impl.rebuild,
+            nrt.rtsys.initialize,
+        )
+    except AttributeError:
+        return None
 
 
 def _LightCache(func: Callable[..., Any]) -> Any:  # noqa: N802 (a class made on first use)
