@@ -559,34 +559,47 @@ def _load_kept(func: Callable[..., Any]) -> dict[tuple[Any, ...], Any]:
     return loaded
 
 
-_DTYPES: dict[Any, Any] = {}  # dtype -> its name (numpy computes it on each call: 10 us)
-_NEW = object()
+_ARRAYS: dict[tuple[Any, int, int], Any] = {}  # (dtype, ndim, flags) -> key: numpy computes
+# a dtype's name on each call (10 us), and a kernel call is a few us
 
 
 def _dtype_name(dtype: Any) -> str | None:
     return str(dtype.name) if dtype.isnative and dtype.kind in "biuf" else None
 
 
+def _array_key(value: Any) -> Any:
+    flags = value.flags
+    dtype = _dtype_name(value.dtype)
+    if dtype is None or not flags.aligned:
+        return None
+    layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
+    return ("a", dtype, value.ndim, layout, bool(flags.writeable))
+
+
+_INT64, _UINT64, _BOOL, _FLOAT64 = ("s", "int64"), ("s", "uint64"), ("s", "bool"), ("s", "float64")
+_NUMPY_SCALARS = (np.bool_, np.integer, np.floating)
+
+
 def _arg_key(value: Any) -> Any:
     """What numba's ``typeof`` says of an argument, as :func:`_type_key` writes it; None for
-    values the light load does not take (numba decides)."""
-    if type(value) is np.ndarray:
-        flags = value.flags
-        dtype = _DTYPES.get(value.dtype, _NEW)
-        if dtype is _NEW:
-            dtype = _DTYPES[value.dtype] = _dtype_name(value.dtype)
-        if dtype is None or not flags.aligned:
-            return None
-        layout = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "A"
-        return ("a", dtype, value.ndim, layout, flags.writeable)
-    if isinstance(value, bool | np.bool_):
-        return ("s", "bool")
-    if isinstance(value, int):
+    values the light load does not take (numba decides: subclasses such as an ``IntEnum`` are
+    types of their own to numba)."""
+    kind = type(value)
+    if kind is int:
         if -(2**63) <= value < 2**63:
-            return ("s", "int64")
-        return ("s", "uint64") if 0 <= value < 2**64 else None
-    if isinstance(value, float):
-        return ("s", "float64")
-    if isinstance(value, np.integer | np.floating):
+            return _INT64
+        return _UINT64 if 0 <= value < 2**64 else None
+    if kind is np.ndarray:
+        spec = (value.dtype, value.ndim, value.flags.num)
+        try:
+            return _ARRAYS[spec]
+        except KeyError:
+            key = _ARRAYS[spec] = _array_key(value)
+            return key
+    if kind is bool:
+        return _BOOL
+    if kind is float:
+        return _FLOAT64
+    if isinstance(value, _NUMPY_SCALARS) and type(value).__module__ == "numpy":
         return ("s", _dtype_name(value.dtype))
     return None
