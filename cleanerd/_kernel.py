@@ -43,6 +43,7 @@ What keeps the loads sound:
 from __future__ import annotations
 
 import builtins
+import hashlib
 import importlib
 import importlib.util
 import os
@@ -342,7 +343,9 @@ def _kept_path(func: Callable[..., Any]) -> Path | None:
     cache = os.environ.get("NUMBA_CACHE_DIR")
     if not cache or any(os.environ.get(s) for s in _NUMBA_SETTINGS) or not _LIGHT_PLATFORM:
         return None
-    return Path(cache) / LIGHT_DIR / f"{func.__module__}.{func.__qualname__}.pickle"
+    # the source file's path too, as numba's cache dirs: two installs may share a cache dir
+    where = hashlib.sha256(os.fsencode(func.__code__.co_filename)).hexdigest()[:16]
+    return Path(cache) / LIGHT_DIR / f"{func.__module__}.{func.__qualname__}-{where}.pickle"
 
 
 def _source_stamp(func: Callable[..., Any]) -> tuple[float, int]:

@@ -109,7 +109,8 @@ def _run(work: Path, script: str = _RUN) -> dict[str, Any]:
 
 
 def _kept(work: Path, name: str) -> Path:
-    return work / "cache" / LIGHT_DIR / f"kmod.{name}.pickle"
+    (found,) = (work / "cache" / LIGHT_DIR).glob(f"kmod.{name}-*.pickle")
+    return found
 
 
 @pytest.fixture
