@@ -143,6 +143,11 @@ class Kernel(Generic[F]):
         return self._dispatcher
 
     @property
+    def numba_dispatcher(self) -> Any:
+        """numba's dispatcher if this process made it, else None (no numba was needed)."""
+        return self._dispatcher
+
+    @property
     def dispatcher(self) -> Any:
         """numba's dispatcher of this kernel (numba is set up for every kernel then)."""
         if self._dispatcher is None:
