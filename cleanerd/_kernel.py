@@ -126,6 +126,11 @@ class Kernel(Generic[F]):
         self._options = {"nogil": nogil, "inline": inline}
         self._dispatcher: Any = None
         self._light: dict[tuple[Any, ...], Any] | None = None
+        # argument types as read in a call (dtype, ndim and flags of arrays, the type of others)
+        # -> the kept signature they fit, or None; an int is an int64 when first seen (numba
+        # would compile a uint64 signature for one past 2**63: it overflows here, as it would
+        # in numba's int64 signature)
+        self._seen: dict[tuple[Any, ...], Any] = {}
         with _LOCK:
             _KERNELS.append(self)
             if _numba_in_use:
@@ -161,7 +166,13 @@ class Kernel(Generic[F]):
             if light is None:
                 light = self._load_light()
             if light:
-                entry = light.get(tuple(map(_arg_key, args)))
+                # what decides the argument keys, read fast (the keys are a dict lookup away)
+                seen = tuple(
+                    [(a.dtype, a.ndim, a.flags.num) if type(a) is _ARRAY else type(a) for a in args]
+                )
+                entry = self._seen.get(seen, _NEW)
+                if entry is _NEW:
+                    entry = self._seen[seen] = light.get(tuple(map(_arg_key, args)))
                 if entry is not None:
                     return entry(*args)
             dispatcher = self.dispatcher
@@ -173,7 +184,7 @@ class Kernel(Generic[F]):
         __call__ = _call
 
     def __getattr__(self, name: str) -> Any:  # numba's attributes: signatures, stats...
-        if name.startswith("__") or name in ("_dispatcher", "_light", "py_func"):
+        if name.startswith("__") or name in ("_dispatcher", "_light", "_seen", "py_func"):
             raise AttributeError(name)
         return getattr(self.dispatcher, name)
 
@@ -567,6 +578,7 @@ def _load_kept(func: Callable[..., Any]) -> dict[tuple[Any, ...], Any]:
     return loaded
 
 
+_NEW = object()
 _ARRAYS: dict[tuple[Any, int, int], Any] = {}  # (dtype, ndim, flags) -> key: numpy computes
 # a dtype's name on each call (10 us), and a kernel call is a few us
 
@@ -584,6 +596,7 @@ def _array_key(value: Any) -> Any:
     return ("a", dtype, value.ndim, layout, bool(flags.writeable))
 
 
+_ARRAY = np.ndarray
 _INT64, _UINT64, _BOOL, _FLOAT64 = ("s", "int64"), ("s", "uint64"), ("s", "bool"), ("s", "float64")
 _NUMPY_SCALARS = (np.bool_, np.integer, np.floating)
 
