@@ -16,9 +16,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from numba import typeof as numba_typeof
 
-from cleanerd._kernel import LIGHT_DIR
+from cleanerd._kernel import LIGHT_DIR, _arg_key, _type_key
+
+typeof: Any = numba_typeof
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -168,3 +172,26 @@ def test_numba_with_other_internals_loads_its_own_way(work: Path) -> None:
     other = "k._light_internals = lambda cache: None\n"
     full = _run(work, numba_first + other + _RUN + probe)
     assert full["setup"] is True  # ...and by numba's own load, same results
+
+
+def _unaligned() -> Any:
+    return np.frombuffer(bytes(17), dtype=np.uint8)[1:].view(np.int64)
+
+
+def test_argument_keys_say_what_numbas_typeof_says() -> None:
+    """The key a call is matched by (``_arg_key``) against the key kept from numba's signature
+    (``_type_key``): numba's own ``typeof`` is the oracle."""
+    readonly = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    grid = np.zeros((3, 4), dtype=np.int32)
+    values = [
+        np.arange(6, dtype=np.int64), readonly, grid, grid.T, grid[:, 1], np.zeros(3, np.bool_),
+        np.zeros((2, 2), dtype=np.float64, order="F"), 7, -(2**63), 2**63, True, 1.5,
+        np.uint16(3), np.bool_(True), np.float32(0.5), np.int64(-1),
+    ]  # fmt: skip
+    for value in values:
+        key = _arg_key(value)
+        assert key is not None, value
+        assert key == _type_key(typeof(value)), value
+    # what the kept copies never take: numba decides
+    for value in ["s", (1, 2), None, np.zeros(2, dtype=">i8"), np.zeros(2, "U3"), _unaligned()]:
+        assert _arg_key(value) is None, value
