@@ -255,7 +255,7 @@ def _use_numba() -> None:
         # a module imported later names its new kernels as Kernel objects: swapped before any
         # compile, which is when numba reads them
         register: Any = event.register
-        register("numba:compile", _SwapOnCompile())
+        register("numba:compile", _swap_listener())
 
 
 def _swap_all() -> None:
@@ -275,7 +275,8 @@ def _swap_all() -> None:
                     names[attr] = value.numba()
 
 
-def _swap_on_compile() -> type:
+def _swap_listener() -> Any:
+    """A numba event listener that makes every module name numba's objects before a compile."""
     from numba.core import event  # noqa: PLC0415 (numba only when needed)
 
     class Swap(event.Listener):
@@ -285,11 +286,7 @@ def _swap_on_compile() -> type:
         def on_end(self, ev: Any) -> None:
             pass
 
-    return Swap
-
-
-def _SwapOnCompile() -> Any:  # noqa: N802 (a class made when numba is imported)
-    return _swap_on_compile()()
+    return Swap()
 
 
 # --- numba's dispatcher cache: light load, and the kept copies ----------------------------------
