@@ -141,8 +141,8 @@ def main() -> None:
     Numba's cache dir is chosen when a command is looked up, before its module imports numba
     (``_choose_kernel_cache``). numpy's OpenBLAS gets one thread unless the environment says
     otherwise: no command multiplies matrices, and OpenBLAS starts a thread per core when numpy
-    is imported, which then spin waiting for work (0.1 s of CPU, two-fifths of it on the wall
-    clock, of ``cleanerd verify`` on the 2-core dev VM; bench/startup.py).
+    is imported, which then spin waiting for work (0.07 s of CPU, a tenth of ``cleanerd verify``,
+    on the 2-core dev VM; bench/startup.py).
     """
     os.environ.setdefault(_BLAS_THREADS, "1")  # read once, when numpy loads OpenBLAS
     if _command(sys.argv[1:]) == "run":
