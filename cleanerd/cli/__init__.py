@@ -10,6 +10,7 @@ never a traceback; and every error line, click's usage errors too, starts ``erro
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any, NamedTuple
 
@@ -126,6 +127,9 @@ def _choose_kernel_cache() -> None:
     configure_numba_cache()
 
 
+_BLAS_THREADS = "OPENBLAS_NUM_THREADS"
+
+
 def _command(args: list[str]) -> str | None:
     """The command named on the command line (the group's own options take no values)."""
     return next((a for a in args if not a.startswith("-")), None)
@@ -135,8 +139,12 @@ def main() -> None:
     """Console-script entry point (``python -m cleanerd`` too).
 
     Numba's cache dir is chosen when a command is looked up, before its module imports numba
-    (``_choose_kernel_cache``).
+    (``_choose_kernel_cache``). numpy's OpenBLAS gets one thread unless the environment says
+    otherwise: no command multiplies matrices, and OpenBLAS starts a thread per core when numpy
+    is imported, which then spin waiting for work (0.07 s of CPU, a tenth of ``cleanerd verify``,
+    on the 2-core dev VM; bench/startup.py).
     """
+    os.environ.setdefault(_BLAS_THREADS, "1")  # read once, when numpy loads OpenBLAS
     if _command(sys.argv[1:]) == "run":
         early_stop.install()
     cli()

@@ -33,6 +33,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cleanerd._kernel import use_numba
 from cleanerd.cli._config import load_from_options
 from cleanerd.cli._errors import print_error
 from cleanerd.cli._tables import iec_size
@@ -301,6 +302,7 @@ def _prepare_kernels() -> None:
     saying so: on a fresh install that takes about 30 s, which would otherwise pass in silence
     before the first line of the table."""
     click.echo("preparing kernels (the first run after an install compiles them for ~30 s) ...")
+    use_numba()  # the daemon's way (cli/_run.py)
     load = load_kernels()
     how = (
         f"{load.compiled} compiled in {load.compile_seconds:.0f} s; `cleanerd warmup` after an "

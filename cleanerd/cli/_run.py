@@ -19,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from cleanerd._kernel import use_numba
 from cleanerd.cli import _early_stop as early_stop
 from cleanerd.cli._config import check_engine, config_options, load_from_options, parse_sets
 from cleanerd.cli._daemon_address import forget_address, record_address
@@ -59,6 +60,10 @@ def run(config_file: Path | None, kafka_properties: Path | None, sets: tuple[str
             recorder.cancel()
             forget_address(loaded.config.log_dirs)
 
+    # a daemon calls kernels all its life: numba's dispatcher checks their arguments' types in C
+    # (under 1 us a call, the kept copies' check in Python 2 to 3 us: cleanerd/_kernel.py), and
+    # numba's start-up is paid once
+    use_numba()
     try:
         code = run_async(daemon)
     except PauseFileError as e:

@@ -30,6 +30,7 @@ import click
 import numpy as np
 
 from cleanerd._jitcache import temporary_cache
+from cleanerd._kernel import kernels, use_numba
 from cleanerd.cli._options import format_option
 from cleanerd.compaction import DEFAULT_DEDUPE_BUFFER_BYTES, compact_directory, compile_clock
 from cleanerd.format import index_batches, scan_batches, snappy_fallback_reason
@@ -110,7 +111,12 @@ def _warm_arrow_columns(partition: Path) -> bool:
 
 
 def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupReport:
-    """Run every kernel path once on logs written under ``workdir``."""
+    """Run every kernel path once on logs written under ``workdir``.
+
+    Every kernel runs through numba here (``use_numba``): what is cached is numba's own cache,
+    and each signature numba compiles or loads also keeps the copy later commands load without
+    numba (``cleanerd._kernel``)."""
+    use_numba()
     started = time.perf_counter()
     runs: list[str] = []
     log_config = LogConfig(compact=True)
@@ -187,16 +193,8 @@ def _some_keys(partition: Path, count: int = 5) -> list[bytes]:
 
 def _cache_hits() -> int:
     """Kernel signatures numba loaded from its disk cache in this process."""
-    from numba.core.dispatcher import Dispatcher  # noqa: PLC0415 (numba is loaded by now)
-
-    seen: dict[int, Any] = {}
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("cleanerd.") or module is None:
-            continue
-        for value in vars(module).values():
-            if isinstance(value, Dispatcher):
-                seen[id(value)] = value
-    return sum(sum(d.stats.cache_hits.values()) for d in seen.values())
+    dispatchers = [k.numba_dispatcher for k in kernels()]
+    return sum(sum(d.stats.cache_hits.values()) for d in dispatchers if d is not None)
 
 
 @click.command()

@@ -26,18 +26,28 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from llvmlite import ir  # type: ignore[import-untyped]
-from numba import types
-from numba.core import cgutils
-from numba.extending import intrinsic
 
-from cleanerd._kernel import kernel
+from cleanerd._kernel import intrinsic, kernel
 from cleanerd.format import kernels as k
 from cleanerd.format._pointer import data_ptr
 from cleanerd.format.layout import CRC_AT, CRC_START
 
 Arr = npt.NDArray[Any]
 _I64, _I32, _I8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
-_get_or_insert_function: Any = cgutils.get_or_insert_function
+
+
+def _types() -> Any:
+    """numba's types, imported when a kernel compiles (cleanerd/_kernel.py)."""
+    from numba import types  # noqa: PLC0415
+
+    return types
+
+
+def _get_or_insert_function(module: Any, fnty: Any, name: str) -> Any:
+    from numba.core import cgutils  # noqa: PLC0415 (only to compile)
+
+    insert: Any = cgutils.get_or_insert_function
+    return insert(module, fnty, name)
 
 
 def _has_sse42() -> bool:
@@ -55,6 +65,7 @@ AVAILABLE = _has_sse42()
 
 
 def _crc_u64_typing(typingctx: Any, crc: Any, data: Any) -> Any:
+    types = _types()
     sig = types.uint64(types.uint64, types.uint64)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -66,6 +77,7 @@ def _crc_u64_typing(typingctx: Any, crc: Any, data: Any) -> Any:
 
 
 def _crc_u8_typing(typingctx: Any, crc: Any, data: Any) -> Any:
+    types = _types()
     sig = types.uint32(types.uint32, types.uint8)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
@@ -78,6 +90,7 @@ def _crc_u8_typing(typingctx: Any, crc: Any, data: Any) -> Any:
 
 def _load_u64_typing(typingctx: Any, ptr: Any, offset: Any) -> Any:
     """The 8 bytes at ``ptr + offset`` as a little-endian uint64 (any alignment)."""
+    types = _types()
     if not isinstance(ptr, types.CPointer) or not isinstance(offset, types.Integer):
         return None
     sig = types.uint64(ptr, offset)

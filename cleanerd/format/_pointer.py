@@ -5,13 +5,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from llvmlite import ir  # type: ignore[import-untyped]
-from numba import types
-from numba.extending import intrinsic
+from cleanerd._kernel import intrinsic
 
 Ptr = Any  # a numba CPointer(uint8) inside kernels (see data_ptr)
-_CPointer: Any = types.CPointer
-_I64 = ir.IntType(64)
 
 
 def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
@@ -23,9 +19,12 @@ def _data_ptr_typing(typingctx: Any, arr: Any) -> Any:
     instead: it carries no reference count, and indexing it has no negative-index wraparound. The
     array must outlive the pointer: take it in the kernel that holds the array for the whole call.
     """
+    from numba import types  # noqa: PLC0415 (numba only to compile: cleanerd/_kernel.py)
+
     if not isinstance(arr, types.Array) or arr.layout != "C":
         return None
-    sig = _CPointer(arr.dtype)(arr)
+    pointer: Any = types.CPointer
+    sig = pointer(arr.dtype)(arr)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         return context.make_array(arr)(context, builder, value=args[0]).data
@@ -38,13 +37,16 @@ data_ptr: Any = intrinsic(_data_ptr_typing)
 
 def _load_le64_typing(typingctx: Any, ptr: Any, offset: Any) -> Any:
     """The 8 bytes at ``ptr + offset`` as a little-endian uint64, at any alignment."""
+    from llvmlite import ir  # noqa: PLC0415 (only to compile: cleanerd/_kernel.py)
+    from numba import types  # noqa: PLC0415
+
     if not isinstance(ptr, types.CPointer) or not isinstance(offset, types.Integer):
         return None
     sig = types.uint64(ptr, offset)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         p, o = args
-        addr = builder.bitcast(builder.gep(p, [o]), _I64.as_pointer())
+        addr = builder.bitcast(builder.gep(p, [o]), ir.IntType(64).as_pointer())
         value = builder.load(addr, align=1)
         if sys.byteorder == "big":
             value = builder.bswap(value)

@@ -1,0 +1,197 @@
+"""``cleanerd._kernel``: a kernel's kept machine code runs without numba, and whatever the kept
+copy cannot answer (another argument type, a changed source, a foreign or broken copy) goes to
+numba with the same results.
+
+Each run is a fresh process (numba's dispatchers and the loaded code live for the process) over
+a small kernel module of the test's own, with a kernel cache of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from numba import typeof as numba_typeof
+
+from cleanerd._kernel import LIGHT_DIR, _arg_key, _type_key
+
+typeof: Any = numba_typeof
+
+REPO = Path(__file__).resolve().parents[2]
+
+_MODULE = """
+import numpy as np
+from cleanerd._kernel import kernel
+
+
+@kernel(inline="always")
+def _plus(x, y):
+    return x + y
+
+
+@kernel(nogil=True)
+def add_into(a, b, out):
+    for i in range(a.shape[0]):
+        out[i] = _plus(a[i], b)
+
+
+@kernel()
+def doubled(a):
+    twice = a * 2  # a new array: numba's runtime allocates and frees it
+    return twice.sum(), twice.shape[0]
+
+
+@kernel()
+def first_sum(a, n):
+    if n > a.shape[0]:
+        raise ValueError("first_sum: n is past the end")
+    return a[:n].sum()
+"""
+
+# each step records whether numba was imported by then
+_RUN = """
+import json, sys
+import numpy as np
+import kmod
+from cleanerd._kernel import kernels
+seen = {}
+a = np.arange(5, dtype=np.int64)
+out = np.zeros(5, dtype=np.int64)
+kmod.add_into(a, 3, out)
+seen["add_into"] = out.tolist()
+seen["doubled"] = list(kmod.doubled(a))
+seen["first_sum"] = int(kmod.first_sum(a, 3))
+kept = {k.__name__: len(k.light_signatures()) for k in kernels() if k.__module__ == "kmod"}
+seen["light"] = {name: kept[name] for name in ("add_into", "doubled")}
+seen["numba_after_kept"] = "numba" in sys.modules
+try:
+    kmod.first_sum(a, 9)
+except ValueError as exc:
+    seen["error"] = str(exc)
+f = np.linspace(0.0, 1.0, 5)
+outf = np.zeros(5)
+kmod.add_into(f, 0.5, outf)
+seen["float"] = outf.tolist()
+print(json.dumps(seen))
+"""
+# a signature no run compiled before: numba compiles it next to kept kernels (``_plus`` must be
+# numba's dispatcher by then for numba to inline it)
+_NEW_SIGNATURE = """
+u = np.arange(5, dtype=np.uint16)
+outu = np.zeros(5, dtype=np.uint16)
+kmod.add_into(u, np.uint16(2), outu)
+print(json.dumps(dict(seen, uint16=outu.tolist(), numba="numba" in sys.modules)))
+"""
+
+_EXPECTED = {
+    "add_into": [3, 4, 5, 6, 7],
+    "doubled": [20, 5],
+    "first_sum": 3,
+    "error": "first_sum: n is past the end",
+    "float": [0.5, 0.75, 1.0, 1.25, 1.5],
+}
+
+
+def _run(work: Path, script: str = _RUN) -> dict[str, Any]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "PYTHON"))}
+    env |= {"NUMBA_CACHE_DIR": str(work / "cache"), "PYTHONPATH": f"{REPO}{os.pathsep}{work}"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    for key, value in _EXPECTED.items():
+        assert result.get(key) == value, (key, result)
+    return result
+
+
+def _kept(work: Path, name: str) -> Path:
+    (found,) = (work / "cache" / LIGHT_DIR).glob(f"kmod.{name}-*.pickle")
+    return found
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    (tmp_path / "kmod.py").write_text(_MODULE)
+    first = _run(tmp_path)  # compiles, and keeps a copy of each signature numba caches
+    assert first["light"] == {"add_into": 0, "doubled": 0}
+    assert first["numba_after_kept"]
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_kept_kernels_run_without_numba_and_the_rest_goes_to_numba(work: Path) -> None:
+    second = _run(work)
+    # int64 add_into and doubled came from the kept copies, numba was not imported for them;
+    # the float64 add_into (compiled in the first run too) also has its copy now
+    assert second["light"] == {"add_into": 2, "doubled": 1}
+    assert second["numba_after_kept"] is False
+    third = _run(work, _RUN + _NEW_SIGNATURE)
+    assert third["numba_after_kept"] is False
+    assert (third["uint16"], third["numba"]) == ([2, 3, 4, 5, 6], True)
+
+
+@pytest.mark.slow
+def test_a_changed_source_file_is_not_loaded_from_its_kept_copy(work: Path) -> None:
+    source = work / "kmod.py"
+    source.write_text(source.read_text() + "\n# changed\n")  # size and mtime: numba's check
+    again = _run(work)
+    assert again["light"] == {"add_into": 0, "doubled": 0}
+    assert again["numba_after_kept"]
+    assert _run(work)["numba_after_kept"] is False  # kept anew for the new source
+
+
+@pytest.mark.slow
+def test_a_broken_or_foreign_copy_goes_to_numba(work: Path) -> None:
+    _kept(work, "doubled").write_bytes(b"not a pickle")
+    path = _kept(work, "add_into")
+    kept = pickle.loads(path.read_bytes())
+    kept["builds"] = ("another numba",)
+    path.write_bytes(pickle.dumps(kept))
+    again = _run(work)
+    assert again["light"] == {"add_into": 0, "doubled": 0}
+    assert again["numba_after_kept"]
+
+
+@pytest.mark.slow
+def test_numba_with_other_internals_loads_its_own_way(work: Path) -> None:
+    """The dispatcher's light cache load (no compiler set-up) and numba's own full load, which
+    it falls back to when numba's cache internals are not the ones it knows."""
+    numba_first = "import cleanerd._kernel as k\nk.use_numba()\n"
+    # one of the registries numba's compiler set-up imports, which no kernel here links to
+    probe = "\nprint(json.dumps(dict(seen, setup='numba.cpython.heapq' in sys.modules)))"
+    light = _run(work, numba_first + _RUN + probe)
+    assert light["setup"] is False  # cached signatures loaded without the compiler's set-up...
+    other = "k._light_internals = lambda cache: None\n"
+    full = _run(work, numba_first + other + _RUN + probe)
+    assert full["setup"] is True  # ...and by numba's own load, same results
+
+
+def _unaligned() -> Any:
+    return np.frombuffer(bytes(17), dtype=np.uint8)[1:].view(np.int64)
+
+
+def test_argument_keys_say_what_numbas_typeof_says() -> None:
+    """The key a call is matched by (``_arg_key``) against the key kept from numba's signature
+    (``_type_key``): numba's own ``typeof`` is the oracle."""
+    readonly = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    grid = np.zeros((3, 4), dtype=np.int32)
+    values = [
+        np.arange(6, dtype=np.int64), readonly, grid, grid.T, grid[:, 1], np.zeros(3, np.bool_),
+        np.zeros((2, 2), dtype=np.float64, order="F"), 7, -(2**63), 2**63, True, 1.5,
+        np.uint16(3), np.bool_(True), np.float32(0.5), np.int64(-1),
+    ]  # fmt: skip
+    for value in values:
+        key = _arg_key(value)
+        assert key is not None, value
+        assert key == _type_key(typeof(value)), value
+    # what the kept copies never take: numba decides
+    for value in ["s", (1, 2), None, np.zeros(2, dtype=">i8"), np.zeros(2, "U3"), _unaligned()]:
+        assert _arg_key(value) is None, value
