@@ -78,6 +78,7 @@ _LIGHT_PLATFORM = sys.platform.startswith("linux") and platform.machine() == "x8
 
 _LOCK = threading.RLock()
 _KERNELS: list[Kernel[Any]] = []
+_ON_NUMBA: list[Callable[[], None]] = []  # ``when_numba``'s callbacks, not yet run
 _INTRINSICS: list[Intrinsic] = []
 _numba_in_use = False
 
@@ -239,6 +240,23 @@ def use_numba() -> None:
     _use_numba()
 
 
+def when_numba(callback: Callable[[], None]) -> Callable[[], None]:
+    """Run ``callback`` once numba is in use (now, if it is); returns what cancels a callback
+    not yet run. For numba's event listeners: installing one imports numba."""
+    with _LOCK:
+        if _numba_in_use:
+            callback()
+            return lambda: None
+        _ON_NUMBA.append(callback)
+
+    def cancel() -> None:
+        with _LOCK:
+            if callback in _ON_NUMBA:
+                _ON_NUMBA.remove(callback)
+
+    return cancel
+
+
 def _use_numba() -> None:
     global _numba_in_use  # noqa: PLW0603 (set once a process)
     with _LOCK:
@@ -256,6 +274,8 @@ def _use_numba() -> None:
         # compile, which is when numba reads them
         register: Any = event.register
         register("numba:compile", _swap_listener())
+        for callback in _ON_NUMBA:
+            callback()
 
 
 def _swap_all() -> None:

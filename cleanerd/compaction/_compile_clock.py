@@ -3,7 +3,9 @@ cache dir (see ``cleanerd._jitcache``), and it must not be reported as cleaning 
 
 numba fires a ``numba:compile`` event around each real compilation (never around a load from its
 on-disk cache) while it holds its global compiler lock, so compilations never overlap: summing
-the outermost events gives the compile time, and counting them the kernels compiled.
+the outermost events gives the compile time, and counting them the kernels compiled. A process
+that runs its kernels from kept copies (``cleanerd._kernel``) never imports numba, so the listener
+is installed only once numba is in use.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
-from numba.core import event
+from cleanerd._kernel import when_numba
 
 COMPILE_EVENT = "numba:compile"
 
@@ -34,27 +37,28 @@ class CompileClock:
         return len(self.kernels)
 
 
-class _Listener(event.Listener):
-    def __init__(self, clock: CompileClock) -> None:
-        self.clock = clock
+def _listener(clock: CompileClock) -> Any:
+    """A numba event listener that adds the outermost compilations to ``clock``."""
+    from numba.core import event  # noqa: PLC0415 (numba only once it is in use)
 
-    def on_start(self, ev: event.Event) -> None:
-        c = self.clock
-        with c._lock:
-            if c._depth == 0:
-                c._started = time.perf_counter()
-                c.kernels.append(_name(ev))
-            c._depth += 1
+    class Listener(event.Listener):
+        def on_start(self, ev: event.Event) -> None:
+            with clock._lock:
+                if clock._depth == 0:
+                    clock._started = time.perf_counter()
+                    clock.kernels.append(_name(ev))
+                clock._depth += 1
 
-    def on_end(self, ev: event.Event) -> None:
-        c = self.clock
-        with c._lock:
-            c._depth -= 1
-            if c._depth == 0:
-                c.seconds += time.perf_counter() - c._started
+        def on_end(self, ev: event.Event) -> None:
+            with clock._lock:
+                clock._depth -= 1
+                if clock._depth == 0:
+                    clock.seconds += time.perf_counter() - clock._started
+
+    return Listener()
 
 
-def _name(ev: event.Event) -> str:
+def _name(ev: Any) -> str:
     data = ev.data or {}
     dispatcher = data.get("dispatcher")
     func = getattr(dispatcher, "py_func", None)
@@ -68,5 +72,23 @@ def _name(ev: event.Event) -> str:
 def compile_clock() -> Iterator[CompileClock]:
     """Count numba's compilations in this process (every thread) while the block runs."""
     clock = CompileClock()
-    with event.install_listener(COMPILE_EVENT, _Listener(clock)):
+    installed: list[Any] = []
+
+    def install() -> None:
+        from numba.core import event  # noqa: PLC0415 (numba is in use)
+
+        listener = _listener(clock)
+        register: Any = event.register
+        register(COMPILE_EVENT, listener)
+        installed.append(listener)
+
+    cancel = when_numba(install)
+    try:
         yield clock
+    finally:
+        cancel()
+        if installed:
+            from numba.core import event  # noqa: PLC0415
+
+            unregister: Any = event.unregister
+            unregister(COMPILE_EVENT, installed[0])

@@ -195,3 +195,23 @@ def test_argument_keys_say_what_numbas_typeof_says() -> None:
     # what the kept copies never take: numba decides
     for value in ["s", (1, 2), None, np.zeros(2, dtype=">i8"), np.zeros(2, "U3"), _unaligned()]:
         assert _arg_key(value) is None, value
+
+
+_CLOCKED = """
+from cleanerd.compaction import compile_clock
+with compile_clock() as clock:
+    exec(RUN)
+    u = np.arange(5, dtype=np.uint16)
+    kmod.add_into(u, np.uint16(2), np.zeros(5, dtype=np.uint16))
+print(json.dumps(dict(seen, compiled=clock.kernels)))
+"""
+
+
+@pytest.mark.slow
+def test_the_compile_clock_counts_a_compile_that_brings_numba_in(work: Path) -> None:
+    """``compile_clock`` imports no numba (kept kernels run without it), yet a compile in its
+    block that brings numba in is counted."""
+    run = _RUN.replace("print(json.dumps(seen))", "")
+    clocked = _run(work, f"import json, sys\nimport numpy as np\nRUN = {run!r}\n" + _CLOCKED)
+    assert clocked["numba_after_kept"] is False
+    assert [name.split("(")[0] for name in clocked["compiled"]] == ["kmod.add_into"]
