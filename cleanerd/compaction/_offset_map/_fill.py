@@ -1,5 +1,6 @@
-"""Pass 1's kernels for the offset strategy: fill the map and the record cache in one call per
-chunk, then flag the cached records that won their key. No per-record numpy.
+"""Pass 1's kernels for the offset strategy: fill the record cache from runs of a chunk's batches
+(on either thread), the map from the cache rows (in order, on one), then flag the cached records
+that won their key. No per-record numpy.
 
 * ``cache_records`` indexes every record of a run of a chunk's data batches with the format's
   own record parser (``kernels.index_one``, so validation is exactly the reader's), hashes each
