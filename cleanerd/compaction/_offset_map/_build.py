@@ -50,6 +50,7 @@ from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._strategy import compute_versions
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
 from cleanerd.format import (
+    ATTR_CODEC_MASK,
     ATTR_TIMESTAMP_TYPE,
     CHUNK_PAYLOADS_FACTOR,
     I64,
@@ -166,10 +167,10 @@ def _put_fused(
     pool: Executor | None = None,
 ) -> tuple[int, int, bool]:
     """Offset strategy: the chunk's data batches are laid out, indexed and hashed into rows of
-    the record cache (``_fill.cache_records``; with a ``pool``, piece by piece on both threads,
-    see ``_Pieces``), and the rows are put into the map in offset order on this thread
-    (``_fill.put_cached``) as they are ready. A full map stops the puts; the rest of the chunk
-    is still indexed and cached, as one thread does.
+    the record cache (``_fill.cache_records``; with a ``pool`` and compressed batches, piece by
+    piece on both threads, see ``_Pieces``), and the rows are put into the map in offset order
+    on this thread (``_fill.put_cached``) as they are ready. A full map stops the puts; the rest
+    of the chunk is still indexed and cached, as one thread does.
 
     Any problem with the data (a payload that does not decompress, a bad record) is raised by
     indexing the same batches with the reader, so errors are exactly the reader's.
@@ -197,7 +198,10 @@ def _put_fused(
             offsets = np.empty(total, dtype=np.int64)
             flags = np.empty(total, dtype=np.uint8)
         row0 = max(cursor, 0)
-        pieces = _Pieces(arr, sub, counts, hashes, offsets, flags, row0, pool is not None)
+        # uncompressed chunks stay on this thread: indexing one costs little more than sharing it
+        # (POOL_PIECES), and the second core gained little on a loaded machine
+        shared = pool is not None and bool((sub[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
+        pieces = _Pieces(arr, sub, counts, hashes, offsets, flags, row0, shared)
         put = _Puts(omap, start, hashes, offsets, flags, row0, touched)
         if not pieces.run(pool, put):
             # a piece did not fit its share or did not decompress, or a record is bad: the
