@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from cleanerd.compaction import Cleaner, CleanerStats, OffsetMap, clean_once, open_log
+from cleanerd.compaction._offset_map import _build
 from cleanerd.compaction._offset_map._build import build_offset_map
 from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.format import (
@@ -270,3 +271,40 @@ def test_a_shut_down_pool_leaves_the_work_to_the_caller(tmp_path: Path) -> None:
     stopped = ThreadPoolExecutor(1)
     stopped.shutdown()
     assert _same(_pass1(part, 1 << 20, 1 << 20, stopped), _pass1(part, 1 << 20, 1 << 20, None))
+
+
+def test_a_piece_past_its_share_is_laid_out_with_the_whole_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
+) -> None:
+    """Pieces are cut by compressed bytes, so one may decompress past its half of the chunk's
+    bound while the whole chunk fits: the chunk is then laid out on the cleaner's thread, as one
+    thread does, and pass 1 leaves the same as without a pool."""
+    limit = 1 << 20
+    monkeypatch.setattr(_build, "POOL_PIECES", 2)
+    squeezed = [  # 3 x 0.7 of the limit in the first piece: past its 2 x limit
+        build_batch([Record(i, 5, b"k%d" % i, bytes(limit * 7 // 10))], base_offset=i,
+                    compression=Compression.LZ4)
+        for i in range(3)
+    ]  # fmt: skip
+    noise = np.random.default_rng(7).integers(0, 256, limit // 2, dtype=np.uint8).tobytes()
+    loud = build_batch([Record(3, 5, b"k3", noise)], base_offset=3, compression=Compression.LZ4)
+    part = tmp_path / "t-0"
+    log = PartitionLog.create(part, LogConfig(), clock=lambda: NOW)
+    log.append_batches(b"".join([*squeezed, loud]))
+    log.roll()
+    log.close()
+    went: list[bool] = []
+    run = _build._Pieces.run
+
+    def spied(self: _build._Pieces, *args: Any) -> bool:
+        went.append(run(self, *args))
+        return went[-1]
+
+    monkeypatch.setattr(_build._Pieces, "run", spied)
+    with limit_decompression(limit):
+        one = _pass1(part, 1 << 20, 1 << 20, None)
+        assert one["size"] == 4
+        assert 2 * limit < one["segments"][0][1][0] < 4 * limit  # laid out: fits the chunk
+        for other in _pools(pool):
+            assert _same(_pass1(part, 1 << 20, 1 << 20, other), one)
+    assert went == [True, False, False]  # both pool runs fell back to the whole chunk
