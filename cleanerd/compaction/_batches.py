@@ -45,7 +45,8 @@ def payloads(
 ) -> tuple[U8, I64, I64] | None:
     """``(buffer, starts, ends)``: each batch's record bytes, decompressed where needed
     (``lay_out`` within ``cap``, by default into the buffer the calling thread reuses: valid
-    until its next call; a pool thread shared by cleanings must not reuse).
+    until its next call: a pool thread shared by cleanings reuses only in a job that is done
+    with the buffer when it returns).
 
     None when a payload does not decompress: the caller then indexes the batches with the
     reader, which raises the error with its position.

@@ -105,8 +105,8 @@ def segment_sizes(segment: LogSegment) -> SegmentSizes:
 class Cleaner:
     """Cleans logs one at a time with one offset map (one per worker thread).
 
-    ``decompression_pool`` (if given) takes part of pass 1's decompression, so one cleaning of
-    a compressed log uses a second core; cleaners may share one (its size bounds the extra
+    ``decompression_pool`` (if given) takes part of pass 1's decompression and record indexing,
+    so one cleaning uses a second core; cleaners may share one (its size bounds the extra
     threads). The result is the same with or without it.
     """
 

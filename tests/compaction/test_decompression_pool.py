@@ -1,19 +1,25 @@
-"""A cleaner with a decompression pool (``Cleaner(decompression_pool=...)``): pass 1 decompresses
-part of each chunk in a pool thread. The cleaned log must be the same bytes as without the pool,
-and the pool thread must decompress within the topic's ``max.decompressed.message.bytes``."""
+"""A cleaner with a decompression pool (``Cleaner(decompression_pool=...)``): pass 1 lays out and
+indexes pieces of each chunk in a pool thread too, and puts them into the map in order on the
+cleaner's thread. Pass 1 must leave the same map, record cache, stats and errors as without the
+pool (a map filling mid-chunk included), the cleaned log must be the same bytes, and the pool
+thread must decompress within the topic's ``max.decompressed.message.bytes``."""
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from cleanerd.compaction import Cleaner, OffsetMap, clean_once, open_log
-from cleanerd.compaction._offset_map._build import _parts
+from cleanerd.compaction import Cleaner, CleanerStats, OffsetMap, clean_once, open_log
+from cleanerd.compaction._offset_map import _build
+from cleanerd.compaction._offset_map._build import build_offset_map
+from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.format import (
     Compression,
     CorruptRecordError,
@@ -23,6 +29,7 @@ from cleanerd.format import (
     limit_decompression,
     scan_batches,
 )
+from cleanerd.format._builder import finish_crc
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
@@ -31,13 +38,37 @@ from tests.support.bombs import bomb_batch, files_of
 NOW = 1_700_000_000_000
 
 
+class _AllInPool(Executor):
+    """A pool whose thread takes every piece before the caller takes any: each job runs to its
+    end in a new thread (which, like a pool thread, does not inherit the caller's context)
+    before ``submit`` returns."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        done: Future[Any] = Future()
+
+        def run() -> None:
+            try:
+                done.set_result(fn(*args, **kwargs))
+            except BaseException as e:  # handed to the caller, as a pool would
+                done.set_exception(e)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        return done
+
+
 @pytest.fixture
 def pool() -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(1) as executor:
         yield executor
 
 
-def _cleaned(src: Path, dst: Path, map_bytes: int, pool: ThreadPoolExecutor | None) -> Path:
+def _pools(pool: ThreadPoolExecutor) -> list[Executor]:
+    return [pool, _AllInPool()]
+
+
+def _cleaned(src: Path, dst: Path, map_bytes: int, pool: Executor | None) -> Path:
     shutil.copytree(src, dst)
     cleaner = Cleaner(OffsetMap(map_bytes, StrategyConfig()), decompression_pool=pool)
     with open_log(dst, LogConfig(segment_bytes=64 * 1024), clock=lambda: NOW) as log:
@@ -45,22 +76,26 @@ def _cleaned(src: Path, dst: Path, map_bytes: int, pool: ThreadPoolExecutor | No
     return dst
 
 
-@pytest.mark.parametrize("codec", ["lz4", "zstd"])
-@pytest.mark.parametrize("map_bytes", [1 << 20, 24 * 400], ids=["whole", "fills"])
-def test_one_and_two_threads_write_the_same_bytes(
-    tmp_path: Path, codec: str, map_bytes: int, pool: ThreadPoolExecutor
-) -> None:
+def _log(root: Path, codec: str, records: int = 6_000) -> Path:
     spec = WorkloadSpec(
         topic="t",
-        records=6_000,
+        records=records,
         keys=700,
         codec=codec,
         records_per_batch=20,
         transactional_producers=2,
         segment_bytes=256 * 1024,
     )
-    generate(tmp_path / "src", spec)
-    src = tmp_path / "src" / "t-0"
+    generate(root, spec)
+    return root / "t-0"
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4", "zstd"])
+@pytest.mark.parametrize("map_bytes", [1 << 20, 24 * 400], ids=["whole", "fills"])
+def test_one_and_two_threads_write_the_same_bytes(
+    tmp_path: Path, codec: str, map_bytes: int, pool: ThreadPoolExecutor
+) -> None:
+    src = _log(tmp_path / "src", codec)
     one = _cleaned(src, tmp_path / "one" / "t-0", map_bytes, None)
     two = _cleaned(src, tmp_path / "two" / "t-0", map_bytes, pool)
     before, after = files_of(src), files_of(one)
@@ -68,48 +103,158 @@ def test_one_and_two_threads_write_the_same_bytes(
     assert files_of(two) == after
 
 
-def _chunk(limit: int) -> tuple[np.ndarray, np.ndarray]:
+def _pass1(part: Path, map_bytes: int, cache_bytes: int, pool: Executor | None) -> dict[str, Any]:
+    """Everything pass 1 leaves: the map, the build's result, the stats, the record cache."""
+    log = PartitionLog(part)
+    try:
+        dirty = log.segments[:-1]
+        end = log.segments[-1].base_offset
+        omap = OffsetMap(map_bytes, StrategyConfig())
+        stats = CleanerStats()
+        cache = RecordCache(cache_bytes)
+        build = build_offset_map(
+            dirty, log.segments, 0, end, omap, StrategyConfig(), stats, lambda n: None, cache,
+            pool=pool,
+        )  # fmt: skip
+        n = cache.records
+        segments = {
+            seg.base_offset: (
+                cache.chunks(id(seg)),
+                cache.payload_bytes(id(seg)),
+                cache.first_records(id(seg), scan_batches(seg.view()).batches),
+            )
+            for seg in dirty
+        }
+        return {
+            "table": omap.table.copy(),
+            "size": omap.size,
+            "latest": omap.latest_offset,
+            "end": build.end_offset,
+            "full": build.full,
+            "checked": len(build.checked),
+            "stats": (stats.map_messages_read, stats.map_bytes_read),
+            "records": n,
+            "hashes": cache.hashes[:n].copy(),
+            "offsets": cache.offsets[:n].copy(),
+            "flags": cache.flags[:n].copy(),
+            "winners_from": cache.winners_from,
+            "segments": segments,
+            "bases": [s.base_offset for s in log.segments],
+        }
+    finally:
+        log.close()
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and np.array_equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[x], b[x]) for x in a)
+    if isinstance(a, list | tuple):
+        return (
+            isinstance(b, list | tuple)
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
+    return bool(a == b)
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4", "zstd"])
+@pytest.mark.parametrize(
+    ("map_bytes", "cache_bytes"),
+    [(1 << 20, 1 << 20), (24 * 400, 1 << 20), (1 << 20, 26 * 3_000)],
+    ids=["whole", "fills", "cache-fills"],
+)
+def test_pass_1_with_a_pool_leaves_what_one_thread_leaves(
+    tmp_path: Path, codec: str, map_bytes: int, cache_bytes: int, pool: ThreadPoolExecutor
+) -> None:
+    part = _log(tmp_path, codec)
+    one = _pass1(part, map_bytes, cache_bytes, None)
+    if map_bytes < 1 << 20:  # the map fills inside a chunk (a segment is one chunk here)
+        assert one["full"]
+        assert one["end"] not in one["bases"]
+        assert one["end"] == one["latest"] + 1
+    else:
+        assert not one["full"]
+    if cache_bytes < 1 << 20:  # a chunk (of 2000 to 4000 records) did not fit the cache
+        assert any((s[2] is None or (s[2] < 0).any()) for s in one["segments"].values())
+    for other in _pools(pool):
+        got = _pass1(part, map_bytes, cache_bytes, other)
+        assert _same(got, one), type(other).__name__
+
+
+def _damage(part: Path, codec: str) -> int:
+    """Spoil the payload of a batch in the middle of the first segment (CRC made valid again):
+    compressed, it does not decompress; uncompressed, its first record's length is a varint
+    that never ends. Returns the batch's position."""
+    seg = sorted(part.glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    batches = scan_batches(np.frombuffer(bytes(data), np.uint8)).batches
+    row = batches[batches.shape[0] * 3 // 4]
+    pos, size = int(row[k.B_POS]), int(row[k.B_SIZE])
+    raw = bytearray(data[pos : pos + size])
+    width = 12 if codec != "none" else 6
+    raw[k.HEADER_SIZE : k.HEADER_SIZE + width] = b"\xff" * width
+    data[pos : pos + size] = finish_crc(raw)
+    seg.write_bytes(bytes(data))
+    return pos
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4", "zstd"])
+def test_a_bad_payload_in_the_pools_part_is_the_readers_error(
+    tmp_path: Path, codec: str, pool: ThreadPoolExecutor
+) -> None:
+    part = _log(tmp_path, codec)
+    pos = _damage(part, codec)
+    with pytest.raises(CorruptRecordError) as one:
+        _pass1(part, 1 << 20, 1 << 20, None)
+    assert str(one.value.path).endswith("00000000000000000000.log")
+    assert one.value.position == pos
+    for other in _pools(pool):
+        with pytest.raises(CorruptRecordError) as two:
+            _pass1(part, 1 << 20, 1 << 20, other)
+        assert str(two.value) == str(one.value)
+        assert (two.value.path, two.value.position) == (one.value.path, one.value.position)
+
+
+def _bomb_log(tmp_path: Path, limit: int) -> tuple[Path, int]:
+    """A segment of three honest lz4 batches and a bomb that decompresses to 2 x ``limit``."""
     honest = [
         build_batch([Record(i, 5, b"k%d" % i, bytes(limit // 8))], compression=Compression.LZ4)
         for i in range(3)
     ]
     arr = np.frombuffer(b"".join([*honest, bomb_batch(Compression.LZ4, 3, 2 * limit)]), np.uint8)
-    scan = scan_batches(arr)
-    scan.raise_error()
-    return arr, scan.batches
+    part = tmp_path / "t-0"
+    config = LogConfig(max_decompressed_message_bytes=limit)
+    log = PartitionLog.create(part, config, clock=lambda: NOW)
+    log.append_batches(arr.tobytes())
+    log.roll()
+    log.close()
+    return part, int(scan_batches(arr).batches[3, k.B_POS])
 
 
-def test_the_pool_thread_decompresses_within_the_callers_limit(pool: ThreadPoolExecutor) -> None:
+def test_the_pool_thread_decompresses_within_the_callers_limit(tmp_path: Path) -> None:
     limit = 1 << 20
-    arr, batches = _chunk(limit)
-    counts = np.ascontiguousarray(batches[:, k.B_COUNT])
-    with limit_decompression(8 * limit):  # the bomb fits this one
-        parts = _parts(arr, batches, counts, pool)
-        assert parts is not None
-        assert len(parts) == 2
-        later = parts[1][2]
-        assert isinstance(later, Future)
-        assert later.result() is not None
-    with limit_decompression(limit):  # the pool thread must see this bound, not the default
-        parts = _parts(arr, batches, counts, pool)
-        assert parts is not None
-        assert len(parts) == 2
-        later = parts[1][2]
-        assert isinstance(later, Future)
-        assert later.result() is None  # refused there: the chunk is then laid out here
+    part, pos = _bomb_log(tmp_path, limit)
+    with limit_decompression(8 * limit), pytest.raises(CorruptRecordError) as fits:
+        _pass1(part, 1 << 20, 1 << 20, _AllInPool())
+    # the bomb fits this bound: what is wrong is its record count, not its size
+    assert fits.value.position == pos
+    assert "record count" in str(fits.value)
+    assert "max.decompressed.message.bytes" not in str(fits.value)
+    # the pool thread must see this bound, not the default (which the bomb fits)
+    with limit_decompression(limit), pytest.raises(CorruptRecordError) as raised:
+        _pass1(part, 1 << 20, 1 << 20, _AllInPool())
+    assert raised.value.position == pos
+    assert "max.decompressed.message.bytes" in str(raised.value)
 
 
 def test_a_bomb_read_with_a_pool_names_file_and_position(
     tmp_path: Path, pool: ThreadPoolExecutor
 ) -> None:
     limit = 1 << 20
-    part = tmp_path / "t-0"
+    part, pos = _bomb_log(tmp_path, limit)
     config = LogConfig(max_decompressed_message_bytes=limit)
-    log = PartitionLog.create(part, config, clock=lambda: NOW)
-    arr, _ = _chunk(limit)
-    log.append_batches(arr.tobytes())
-    log.roll()
-    log.close()
     cleaner = Cleaner(OffsetMap(1 << 20, StrategyConfig()), decompression_pool=pool)
     with (
         open_log(part, config, clock=lambda: NOW) as log,
@@ -117,5 +262,49 @@ def test_a_bomb_read_with_a_pool_names_file_and_position(
     ):
         clean_once(log, cleaner, TopicCleanerConfig(), StrategyConfig(), NOW)
     assert str(raised.value.path).endswith("00000000000000000000.log")
-    assert raised.value.position == int(scan_batches(arr).batches[3, k.B_POS])
+    assert raised.value.position == pos
     assert "max.decompressed.message.bytes" in str(raised.value)
+
+
+def test_a_shut_down_pool_leaves_the_work_to_the_caller(tmp_path: Path) -> None:
+    part = _log(tmp_path, "lz4")
+    stopped = ThreadPoolExecutor(1)
+    stopped.shutdown()
+    assert _same(_pass1(part, 1 << 20, 1 << 20, stopped), _pass1(part, 1 << 20, 1 << 20, None))
+
+
+def test_a_piece_past_its_share_is_laid_out_with_the_whole_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
+) -> None:
+    """Pieces are cut by compressed bytes, so one may decompress past its half of the chunk's
+    bound while the whole chunk fits: the chunk is then laid out on the cleaner's thread, as one
+    thread does, and pass 1 leaves the same as without a pool."""
+    limit = 1 << 20
+    monkeypatch.setattr(_build, "POOL_PIECES", 2)
+    squeezed = [  # 3 x 0.7 of the limit in the first piece: past its 2 x limit
+        build_batch([Record(i, 5, b"k%d" % i, bytes(limit * 7 // 10))], base_offset=i,
+                    compression=Compression.LZ4)
+        for i in range(3)
+    ]  # fmt: skip
+    noise = np.random.default_rng(7).integers(0, 256, limit // 2, dtype=np.uint8).tobytes()
+    loud = build_batch([Record(3, 5, b"k3", noise)], base_offset=3, compression=Compression.LZ4)
+    part = tmp_path / "t-0"
+    log = PartitionLog.create(part, LogConfig(), clock=lambda: NOW)
+    log.append_batches(b"".join([*squeezed, loud]))
+    log.roll()
+    log.close()
+    went: list[bool] = []
+    run = _build._Pieces.run
+
+    def spied(self: _build._Pieces, *args: Any) -> bool:
+        went.append(run(self, *args))
+        return went[-1]
+
+    monkeypatch.setattr(_build._Pieces, "run", spied)
+    with limit_decompression(limit):
+        one = _pass1(part, 1 << 20, 1 << 20, None)
+        assert one["size"] == 4
+        assert 2 * limit < one["segments"][0][1][0] < 4 * limit  # laid out: fits the chunk
+        for other in _pools(pool):
+            assert _same(_pass1(part, 1 << 20, 1 << 20, other), one)
+    assert went == [True, False, False]  # both pool runs fell back to the whole chunk

@@ -1,4 +1,4 @@
-"""The fused pass-1 and pass-2 kernels (``_offset_map._fill.map_records``,
+"""The fused pass-1 and pass-2 kernels (``_offset_map._fill.cache_records`` and ``put_cached``,
 ``_filter.decide_records``) probe the offset map with its own functions (``_offset_map._table``):
 a map they fill is the map ``OffsetMap.put_batch`` fills, slot for slot, and their retain rule is
 its rule."""
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from cleanerd.compaction import OffsetMap
 from cleanerd.compaction._batches import payloads
 from cleanerd.compaction._filter import decide_records
-from cleanerd.compaction._offset_map._fill import map_records
+from cleanerd.compaction._offset_map._fill import cache_records, put_cached
 from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED
 from cleanerd.compaction._offset_map._touched import touched_bitmap
 from cleanerd.format import Record, build_batch, kernels as k
@@ -30,7 +30,11 @@ def _log(keys: list[int | None], per_batch: int) -> Arr:
     return np.frombuffer(data, dtype=np.uint8)
 
 
-def _map_records(omap: OffsetMap, arr: Arr, start: int) -> tuple[int, int, Arr, Arr, Arr]:
+def _map_records(
+    omap: OffsetMap, arr: Arr, start: int, split: int = 0
+) -> tuple[int, int, Arr, Arr, Arr]:
+    """Cache every record (the batches before ``split`` in one call, the rest in another, as two
+    threads do), then put the rows in one call."""
     batches, _, _ = k.walk_batch_matrix(arr, 0, arr.shape[0])
     got = payloads(arr, batches)
     assert got is not None
@@ -40,17 +44,27 @@ def _map_records(omap: OffsetMap, arr: Arr, start: int) -> tuple[int, int, Arr, 
     hashes = np.empty((total, 2), np.uint64)
     offsets = np.empty(total, np.int64)
     flags = np.empty(total, np.uint8)
-    err, records, full_record, size, _latest = map_records(
-        buf,
-        starts,
-        ends,
-        np.ascontiguousarray(batches[:, k.B_BASE_OFFSET]),
-        np.ascontiguousarray(batches[:, k.B_LAST_OFFSET]),
-        np.ascontiguousarray(batches[:, k.B_BASE_TIMESTAMP]),
-        counts,
-        np.full(batches.shape[0], -1, np.int64),
-        np.empty((top, k.RECORD_COLUMNS), np.int64),
-        np.empty((top, 2), np.uint64),
+    split = min(split, batches.shape[0])
+    for lo, hi in ((0, split), (split, batches.shape[0])):
+        err, records = cache_records(
+            buf,
+            starts[lo:hi],
+            ends[lo:hi],
+            np.ascontiguousarray(batches[lo:hi, k.B_BASE_OFFSET]),
+            np.ascontiguousarray(batches[lo:hi, k.B_LAST_OFFSET]),
+            np.ascontiguousarray(batches[lo:hi, k.B_BASE_TIMESTAMP]),
+            counts[lo:hi],
+            np.full(hi - lo, -1, np.int64),
+            np.empty((top, k.RECORD_COLUMNS), np.int64),
+            np.empty((top, 2), np.uint64),
+            hashes,
+            offsets,
+            flags,
+            int(counts[:lo].sum()),
+        )
+        assert err == k.REC_OK
+        assert records == int(counts[lo:hi].sum())
+    full_row, size, _latest = put_cached(
         omap.table,
         start,
         omap.size,
@@ -59,12 +73,11 @@ def _map_records(omap: OffsetMap, arr: Arr, start: int) -> tuple[int, int, Arr, 
         offsets,
         flags,
         0,
+        total,
         touched_bitmap(omap),
     )
-    assert err == k.REC_OK
-    assert records == total
     omap.set_size(size)
-    return full_record, total, hashes, offsets, flags
+    return full_row, total, hashes, offsets, flags
 
 
 @settings(max_examples=60)
@@ -78,8 +91,15 @@ def test_fused_map_is_put_batch_map(
     keys: list[int | None], per_batch: int, slots: int, data: st.DataObject
 ) -> None:
     start = data.draw(st.integers(0, len(keys)))
+    split = data.draw(st.integers(0, len(keys)))
     fused_map = OffsetMap(slots * 24)
-    full_record, n, hashes, offsets, flags = _map_records(fused_map, _log(keys, per_batch), start)
+    arr = _log(keys, per_batch)
+    full_record, n, hashes, offsets, flags = _map_records(fused_map, arr, start, split)
+    _, _, one_hashes, one_offsets, one_flags = _map_records(OffsetMap(slots * 24), arr, start)
+    # the rows do not depend on how the batches were split between calls
+    assert np.array_equal(hashes, one_hashes)
+    assert np.array_equal(offsets, one_offsets)
+    assert np.array_equal(flags, one_flags)
 
     plain = OffsetMap(slots * 24)
     keyed = ((flags & FLAG_KEYED) != 0) & (offsets >= start)

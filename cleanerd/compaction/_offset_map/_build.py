@@ -1,13 +1,17 @@
 """Pass 1: the offset map over the dirty range (docs/kafka-format.md §4.6: ``buildOffsetMap``).
 
 Per chunk of batches: the transaction verdicts (aborted data and control batches never enter the
-map), then for the other data batches, under the offset strategy, one ``_fill.map_records`` call
-(index, key hash, record cache, and the puts with Kafka's full rule, as ``put_batch`` has it);
-under timestamp and header, one index-and-hash call, the strategy's versions and one
-``put_batch`` call for the keyed records at or after the first dirty offset. Kafka's
-latest-offset bookkeeping (after every batch reaching the dirty range, and over offset gaps at
-the end of each segment) is done here with array maxima, so when the map fills mid-chunk the
-latest offset is exactly what Kafka's record loop leaves.
+map), then for the other data batches, under the offset strategy, the fused path: the payloads
+laid out, every record indexed and hashed into rows of the record cache (``_fill.cache_records``)
+and the keyed records put from there (``_fill.put_cached``, Kafka's full rule, as ``put_batch``
+has it). With a pool the chunk is cut into pieces that a pool thread lays out and indexes as well
+as this one, and this thread puts each piece's rows in offset order once the pieces before it are
+put (``_Pieces``): the puts are the only part that must stay in order on one thread. Under
+timestamp and header, one index-and-hash call, the strategy's versions and one ``put_batch`` call
+for the keyed records at or after the first dirty offset. Kafka's latest-offset bookkeeping
+(after every batch reaching the dirty range, and over offset gaps at the end of each segment) is
+done here with array maxima, so when the map fills mid-chunk the latest offset is exactly what
+Kafka's record loop leaves.
 
 The map is cleared first (``clear_map``: only the slots the last build wrote, when the cleaner's
 ``touched`` bitmap knows them), and at the end, when the cache holds several records per key,
@@ -23,6 +27,7 @@ Those records only update keys already in the map, so they never fill it.
 from __future__ import annotations
 
 import contextvars
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
@@ -32,7 +37,12 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction._batches import index_and_hash, payloads, transaction_verdicts
-from cleanerd.compaction._offset_map._fill import map_records, mark_winners, mark_winners_sparse
+from cleanerd.compaction._offset_map._fill import (
+    cache_records,
+    mark_winners,
+    mark_winners_sparse,
+    put_cached,
+)
 from cleanerd.compaction._offset_map._map import OffsetMap
 from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets, touched_bitmap
@@ -156,9 +166,11 @@ def _put_fused(
     touched: Arr,
     pool: Executor | None = None,
 ) -> tuple[int, int, bool]:
-    """Offset strategy: one ``_fill.map_records`` call per part of the chunk indexes, hashes,
-    maps and caches (``_parts``: with a ``pool``, the payloads of the chunk's later part are
-    decompressed in a pool thread while this one lays out and maps the first).
+    """Offset strategy: the chunk's data batches are laid out, indexed and hashed into rows of
+    the record cache (``_fill.cache_records``; with a ``pool`` and compressed batches, piece by
+    piece on both threads, see ``_Pieces``), and the rows are put into the map in offset order
+    on this thread (``_fill.put_cached``) as they are ready. A full map stops the puts; the rest
+    of the chunk is still indexed and cached, as one thread does.
 
     Any problem with the data (a payload that does not decompress, a bad record) is raised by
     indexing the same batches with the reader, so errors are exactly the reader's.
@@ -169,76 +181,47 @@ def _put_fused(
     full_record = -1
     laid_bytes = 0
     sub = batches[data_rows]
-    cursor = -1
     if data_rows.size:
         counts = np.ascontiguousarray(sub[:, k.B_COUNT])
-        parts = _parts(arr, sub, counts, pool)
-        err = k.REC_OK if parts is not None else k.REC_COUNT_MISMATCH
-        if parts is not None:
-            total = int(counts.sum())
-            cursor = cache.reserve(total) if cache is not None else -1
-            lat = np.where(
-                sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
-            )
-            if cache is not None and cursor >= 0:
-                hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
-            else:  # not kept: a chunk's worth of room for the kernel
-                hashes = np.empty((total, 2), dtype=np.uint64)
-                offsets = np.empty(total, dtype=np.int64)
-                flags = np.empty(total, dtype=np.uint8)
-            scratch = np.empty((int(counts.max()), k.RECORD_COLUMNS), dtype=np.int64)
-            scratch_hashes = np.empty((scratch.shape[0], 2), dtype=np.uint64)
-            try:
-                for lo, hi, laid in parts:
-                    got = laid.result() if isinstance(laid, Future) else laid
-                    if got is None:  # past its share, or bad: the chunk as one call lays it out
-                        whole = _laid(arr, sub, counts, None, reuse=True)
-                        if whole is None:  # the reader says why
-                            err = k.REC_COUNT_MISMATCH
-                            break
-                        got = (whole[0], whole[1][lo:hi], whole[2][lo:hi])
-                    buf, starts, ends = got
-                    laid_bytes += int((ends - starts).sum())
-                    # a full map still indexes and caches the rest, as one call over the chunk does
-                    err, n, full, size, latest = map_records(
-                        buf,
-                        starts,
-                        ends,
-                        np.ascontiguousarray(sub[lo:hi, k.B_BASE_OFFSET]),
-                        np.ascontiguousarray(sub[lo:hi, k.B_LAST_OFFSET]),
-                        np.ascontiguousarray(sub[lo:hi, k.B_BASE_TIMESTAMP]),
-                        counts[lo:hi],
-                        lat[lo:hi],
-                        scratch,
-                        scratch_hashes,
-                        omap.table,
-                        start,
-                        omap.size,
-                        omap.max_entries,
-                        hashes,
-                        offsets,
-                        flags,
-                        max(cursor, 0) + records,
-                        touched,
-                    )
-                    if err != k.REC_OK:
-                        break
-                    omap.set_size(size)
-                    if latest >= 0:
-                        omap.update_latest_offset(latest)
-                    if full >= 0 and full_record < 0:
-                        full_record = records + full
-                    records += n
-            finally:  # no pool thread reads this chunk once it is left
-                for _, _, laid in parts:
-                    if isinstance(laid, Future):
-                        laid.exception()
-        if err != k.REC_OK:
+        whole = CHUNK_PAYLOADS_FACTOR * decompression_limit()
+        total = int(counts.sum())
+        # a record takes at least MIN_RECORD_SIZE bytes: rows beyond what the chunk can hold
+        # decompressed are a corrupt count, which must not size an allocation
+        if (counts < 0).any() or total * k.MIN_RECORD_SIZE > whole + int(sub[:, k.B_SIZE].sum()):
             index_and_hash(arr, sub, path)  # raises the reader's error for these batches
-            raise AssertionError(f"{path}: map_records failed where the reader did not")
+            raise AssertionError(f"{path}: record counts the reader accepts are out of bounds")
+        cursor = cache.reserve(total) if cache is not None else -1
+        if cache is not None and cursor >= 0:
+            hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
+        else:  # not kept: a chunk's worth of room for the kernels
+            hashes = np.empty((total, 2), dtype=np.uint64)
+            offsets = np.empty(total, dtype=np.int64)
+            flags = np.empty(total, dtype=np.uint8)
+        row0 = max(cursor, 0)
+        # uncompressed chunks stay on this thread: indexing one costs little more than sharing it
+        # (POOL_PIECES), and the second core gained little on a loaded machine
+        shared = pool is not None and bool((sub[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
+        pieces = _Pieces(arr, sub, counts, hashes, offsets, flags, row0, shared)
+        put = _Puts(omap, start, hashes, offsets, flags, row0, touched)
+        if not pieces.run(pool, put):
+            # a piece did not fit its share or did not decompress, or a record is bad: the
+            # chunk as one thread lays it out (within the whole bound), or the reader says why
+            got = _laid(arr, sub, counts, None, reuse=True)
+            err = k.REC_COUNT_MISMATCH
+            if got is not None:
+                buf, starts, ends = got
+                err = pieces.cache(0, pieces.n, buf, starts, ends, _Scratch())
+            if err != k.REC_OK:
+                index_and_hash(arr, sub, path)  # raises the reader's error for these batches
+                raise AssertionError(f"{path}: cache_records failed where the reader did not")
+            pieces.laid_bytes = [int((ends - starts).sum())]
+            put.upto(total)
+        laid_bytes = sum(pieces.laid_bytes)
+        records = total
+        full_record = put.full_row
         if cache is not None and cursor >= 0:
             cache.commit(records)
-            first[data_rows] = cursor + np.cumsum(counts) - counts
+            first[data_rows] = cursor + pieces.rows[:-1]
     if cache is not None:
         cache.add_chunk(segment_id, batches, first, laid_bytes)
     if full_record >= 0:
@@ -248,43 +231,202 @@ def _put_fused(
     return records, nb, False
 
 
-_Laid = tuple[U8, I64, I64] | None
-_Part = tuple[int, int, "_Laid | Future[_Laid]"]
-
-POOL_SHARE = (1, 3)
-"""With a pool, the pool thread decompresses all but this share of a chunk's data batches (by
-compressed bytes): this thread also maps the records of both parts, and mapping costs about
-what decompressing costs (lz4 about as much, zstd less)."""
+POOL_PIECES = 8
+"""With a pool, a chunk's data batches are split into this many pieces (by compressed bytes),
+which both threads take in turn: small enough that neither waits long for the other at the
+end of a chunk, large enough that taking one costs little next to laying it out."""
 
 
-def _parts(arr: U8, sub: I64, counts: I64, pool: Executor | None) -> list[_Part] | None:
-    """``(lo, hi, payloads)`` of consecutive parts of ``sub``: the first laid out here, the
-    second (with a ``pool``, when the chunk has compressed batches to share) a future of the
-    pool's. Each part is laid out within its share of ``CHUNK_PAYLOADS_FACTOR`` times the
-    limit, so both together hold no more than one call would; when either does not fit its
-    share or does not decompress, the whole chunk is laid out here, as without a pool. None when
-    that fails too (the reader then says why)."""
-    n = sub.shape[0]
-    sizes = sub[:, k.B_SIZE]
-    if pool is not None and n >= 2 and (sub[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any():
-        num, den = POOL_SHARE
-        cut = int(np.searchsorted(np.cumsum(sizes), int(sizes.sum()) * num // den)) + 1
-        cut = min(max(cut, 1), n - 1)
-        whole = CHUNK_PAYLOADS_FACTOR * decompression_limit()
-        mine = whole * num // den
-        try:  # the pool thread sees this thread's decompression limit (a context variable)
-            later = pool.submit(
-                contextvars.copy_context().run, _laid, arr, sub[cut:], counts[cut:], whole - mine
+class _Scratch:
+    """A thread's scratch matrices for ``cache_records``, grown to the largest batch seen (after
+    ``kernels.bad_counts`` checked its count against its payload)."""
+
+    def __init__(self) -> None:
+        self.records = np.empty((0, k.RECORD_COLUMNS), dtype=np.int64)
+        self.hashes = np.empty((0, 2), dtype=np.uint64)
+
+    def fit(self, rows: int) -> None:
+        if rows > self.records.shape[0]:
+            self.records = np.empty((rows, k.RECORD_COLUMNS), dtype=np.int64)
+            self.hashes = np.empty((rows, 2), dtype=np.uint64)
+
+
+class _Puts:
+    """The map puts of one chunk's cache rows, in row order, up to the first record that does
+    not fit (``full_row``, chunk-relative; -1 while the map takes every record)."""
+
+    def __init__(
+        self,
+        omap: OffsetMap,
+        start: int,
+        hashes: Arr,
+        offsets: Arr,
+        flags: Arr,
+        row0: int,
+        touched: Arr,
+    ) -> None:
+        self.omap, self.start, self.touched = omap, start, touched
+        self.hashes, self.offsets, self.flags = hashes, offsets, flags
+        self.row0 = row0
+        self.done = 0  # chunk-relative rows put (or passed over once the map is full)
+        self.full_row = -1
+
+    def upto(self, rows: int) -> None:
+        """Put the rows from ``done`` to ``rows`` (chunk-relative)."""
+        if rows <= self.done:
+            return
+        if self.full_row < 0:
+            omap = self.omap
+            full, size, latest = put_cached(
+                omap.table,
+                self.start,
+                omap.size,
+                omap.max_entries,
+                self.hashes,
+                self.offsets,
+                self.flags,
+                self.row0 + self.done,
+                self.row0 + rows,
+                self.touched,
             )
-        except RuntimeError:  # the pool is shut down (the daemon is stopping): all here
-            later = None
-        if later is not None:
-            here = _laid(arr, sub[:cut], counts[:cut], mine, reuse=True)
-            if here is not None:
-                return [(0, cut, here), (cut, n, later)]
-            later.exception()  # wait: the pool thread may still read the chunk
-    got = _laid(arr, sub, counts, None, reuse=True)
-    return None if got is None else [(0, n, got)]
+            omap.set_size(size)
+            if latest >= 0:
+                omap.update_latest_offset(latest)
+            if full >= 0:
+                self.full_row = full - self.row0
+        self.done = rows
+
+
+class _Pieces:
+    """One chunk's data batches cut into pieces, each laid out and indexed into its own cache
+    rows (``cache_records``) by whichever thread takes it: this one in order from the first,
+    and with a pool, a pool thread as well. This thread puts each piece's rows as soon as the
+    pieces before it are put (``run``).
+
+    Memory: each thread holds one piece laid out at a time, within half of
+    ``CHUNK_PAYLOADS_FACTOR`` times the limit (the pool thread sees this thread's limit, a
+    context variable), so both together hold no more than one thread laying out the whole chunk
+    would. A piece laid out goes as soon as it is indexed: nothing of it outlives the piece.
+    """
+
+    def __init__(
+        self,
+        arr: U8,
+        sub: I64,
+        counts: I64,
+        hashes: Arr,
+        offsets: Arr,
+        flags: Arr,
+        row0: int,
+        shared: bool,
+    ) -> None:
+        self.arr, self.sub, self.counts = arr, sub, counts
+        self.hashes, self.offsets, self.flags = hashes, offsets, flags
+        self.row0 = row0
+        self.n = n = sub.shape[0]
+        self.rows = np.zeros(n + 1, dtype=np.int64)  # each batch's first row, chunk-relative
+        np.cumsum(counts, out=self.rows[1:])
+        self.base_offsets = np.ascontiguousarray(sub[:, k.B_BASE_OFFSET])
+        self.last_offsets = np.ascontiguousarray(sub[:, k.B_LAST_OFFSET])
+        self.base_timestamps = np.ascontiguousarray(sub[:, k.B_BASE_TIMESTAMP])
+        self.log_append_times = np.where(
+            sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
+        )
+        parts = min(POOL_PIECES, n) if shared else 1
+        if parts > 1:
+            sizes = np.cumsum(sub[:, k.B_SIZE])
+            cuts = np.searchsorted(sizes, sizes[-1] * np.arange(1, parts) // parts, side="right")
+            self.bounds = [0, *sorted({int(c) for c in cuts if 0 < c < n}), n]
+            self.cap: int | None = CHUNK_PAYLOADS_FACTOR * decompression_limit() // 2
+        else:
+            self.bounds = [0, n]
+            self.cap = None
+        count = len(self.bounds) - 1
+        self.laid_bytes = [0] * count
+        self._lock = threading.Lock()
+        self._next = 0  # the next piece no thread took yet
+        self._ready = [threading.Event() for _ in range(count)]
+        self.failed = False
+
+    def cache(self, lo: int, hi: int, buf: U8, starts: I64, ends: I64, scratch: _Scratch) -> int:
+        """``cache_records`` of batches ``[lo, hi)`` laid out in ``buf``: ``REC_OK`` or why not."""
+        scratch.fit(int(self.counts[lo:hi].max()) if hi > lo else 0)
+        err, _ = cache_records(
+            buf,
+            starts,
+            ends,
+            self.base_offsets[lo:hi],
+            self.last_offsets[lo:hi],
+            self.base_timestamps[lo:hi],
+            self.counts[lo:hi],
+            self.log_append_times[lo:hi],
+            scratch.records,
+            scratch.hashes,
+            self.hashes,
+            self.offsets,
+            self.flags,
+            self.row0 + int(self.rows[lo]),
+        )
+        return int(err)
+
+    def _take(self) -> int:
+        with self._lock:
+            if self.failed or self._next >= len(self._ready):
+                return -1
+            self._next += 1
+            return self._next - 1
+
+    def _do(self, i: int, scratch: _Scratch) -> None:
+        """Lay out and index piece ``i`` (either thread); ``failed`` if it does not go."""
+        ok = False
+        try:
+            lo, hi = self.bounds[i], self.bounds[i + 1]
+            got = _laid(self.arr, self.sub[lo:hi], self.counts[lo:hi], self.cap, reuse=True)
+            if got is not None:
+                buf, starts, ends = got
+                self.laid_bytes[i] = int((ends - starts).sum())
+                ok = self.cache(lo, hi, buf, starts, ends, scratch) == k.REC_OK
+        finally:
+            if not ok:
+                self.failed = True
+            self._ready[i].set()
+
+    def _help(self) -> None:
+        """The pool thread's part: pieces until none is left. Its payload buffer is the pool
+        thread's own (``reuse``), free again when this returns, as nothing laid out here is
+        kept."""
+        scratch = _Scratch()
+        while (i := self._take()) >= 0:
+            self._do(i, scratch)
+
+    def run(self, pool: Executor | None, put: _Puts) -> bool:
+        """Index every piece and put their rows in order; False if a piece failed (some rows
+        may be put then: ``put.done`` says how many)."""
+        helper: Future[None] | None = None
+        if pool is not None and len(self._ready) > 1:
+            try:  # the pool thread sees this thread's decompression limit (a context variable)
+                helper = pool.submit(contextvars.copy_context().run, self._help)
+            except RuntimeError:  # the pool is shut down (the daemon is stopping): all here
+                helper = None
+        scratch = _Scratch()
+        nxt = 0  # the next piece to put
+        try:
+            while nxt < len(self._ready) and not self.failed:
+                if self._ready[nxt].is_set():
+                    put.upto(int(self.rows[self.bounds[nxt + 1]]))
+                    nxt += 1
+                elif (i := self._take()) >= 0:
+                    self._do(i, scratch)
+                elif not self.failed:
+                    self._ready[nxt].wait()  # the pool thread is on it
+        finally:  # no pool thread reads this chunk once it is left
+            with self._lock:
+                self._next = len(self._ready)
+            if helper is not None and not helper.cancel():
+                helper.exception()
+        if helper is not None and not helper.cancelled():
+            helper.result()  # a bug in the pool thread's part is raised here
+        return not self.failed
 
 
 def _laid(
@@ -335,9 +477,10 @@ def build_offset_map(
     ``cache`` (if given) keeps what pass 1 saw of each record, for pass 2. ``touched`` (a
     ``_touched.touched_bitmap`` of the map, kept from one clean to the next) lets the clear at the
     start cost the slots the last build used instead of the whole table. ``pool`` (if given)
-    decompresses part of each chunk while this thread maps the rest (``_parts``); the map is
-    the same either way. The segments in ``prechecked`` (``id()``; every batch's CRC already
-    checked in this cleaning) are walked without their CRCs.
+    lays out and indexes pieces of each chunk beside this thread, which puts them into the map
+    in order (``_Pieces``); the map, the cache and the errors are the same either way. The
+    segments in ``prechecked`` (``id()``; every batch's CRC already checked in this cleaning)
+    are walked without their CRCs.
     """
     clear_map(omap, touched)
     if touched is None or touched.shape[0] * 64 < omap.slots:

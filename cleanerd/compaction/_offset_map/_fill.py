@@ -1,17 +1,20 @@
-"""Pass 1's kernels for the offset strategy: fill the map and the record cache in one call per
-chunk, then flag the cached records that won their key. No per-record numpy.
+"""Pass 1's kernels for the offset strategy: fill the record cache from runs of a chunk's batches
+(on either thread), the map from the cache rows (in order, on one), then flag the cached records
+that won their key. No per-record numpy.
 
-* ``map_records`` indexes every record of a chunk's data batches with the format's own record
-  parser (``kernels.index_one``, so validation is exactly the reader's), hashes each key as it
-  is parsed, puts the keyed records of the dirty range into the offset map (Kafka's full rule,
-  as ``OffsetMap.put_batch``) and writes what pass 2 needs of each record (hash, offset,
-  ``FLAG_*`` flags) into the record cache. The record matrix is never materialised: each batch
-  is parsed into a small scratch matrix that stays in L1.
+* ``cache_records`` indexes every record of a run of a chunk's data batches with the format's
+  own record parser (``kernels.index_one``, so validation is exactly the reader's), hashes each
+  key as it is parsed and writes what pass 2 needs of each record (hash, offset, ``FLAG_*``
+  flags) into rows of the record cache. The record matrix is never materialised: each batch is
+  parsed into a small scratch matrix that stays in L1. Runs of batches are independent: two
+  threads fill disjoint rows at once.
+* ``put_cached`` puts the keyed records of the dirty range from those rows into the offset map
+  (Kafka's full rule, as ``OffsetMap.put_batch``), in offset order, on one thread.
 * ``mark_winners`` and ``mark_winners_sparse`` set ``FLAG_WINNER`` on the cached records whose
   offset is their key's entry in the map (the offsets ``_touched.map_offsets`` lists), so pass 2
   decides them without a map lookup.
 
-``map_records`` reaches ``OffsetMap.table`` through a raw pointer (``kernels.data_ptr``): a
+``put_cached`` reaches ``OffsetMap.table`` through a raw pointer (``kernels.data_ptr``): a
 numba helper that takes an array pays an atomic incref/decref per call, which at one probe per
 record costs more than the probe. It probes with ``_table``'s functions, the ones ``OffsetMap``
 uses, so a map filled here answers ``OffsetMap.get`` and ``should_retain`` exactly as if
@@ -33,7 +36,7 @@ Arr = npt.NDArray[Any]
 
 
 @kernel(nogil=True)
-def map_records(
+def cache_records(
     buf: Arr,
     starts: Arr,
     ends: Arr,
@@ -44,35 +47,26 @@ def map_records(
     log_append_times: Arr,
     scratch: Arr,
     scratch_hashes: Arr,
-    tab: Arr,
-    start_offset: int,
-    size: int,
-    max_entries: int,
     cache_hashes: Arr,
     cache_offsets: Arr,
     cache_flags: Arr,
     cursor: int,
-    touched: Arr,
-) -> tuple[int, int, int, int, int]:
-    """Index, hash and map the records of payloads ``buf[starts[i]:ends[i]]`` (offset strategy).
+) -> tuple[int, int]:
+    """Index and hash the records of payloads ``buf[starts[i]:ends[i]]`` into the cache rows
+    from ``cursor`` on (offset strategy).
 
-    The per-batch columns describe the data batches of one chunk, in order (``counts`` already
-    checked by ``kernels.bad_counts``); ``scratch``/``scratch_hashes`` hold at least
+    The per-batch columns describe consecutive data batches of one chunk, in order (``counts``
+    already checked by ``kernels.bad_counts``); ``scratch``/``scratch_hashes`` hold at least
     ``max(counts)`` rows. Every record's hash, offset and flags (``FLAG_*``) are written to the
-    cache arrays from ``cursor`` on (which must have room for the chunk). Then the keyed records
-    at or after ``start_offset`` go into ``tab`` (a width-3 ``OffsetMap`` table with ``size``
-    entries) until ``max_entries`` is reached: the map is then full. Every slot written is
-    marked in ``touched`` (``touched_bitmap``).
+    cache arrays from ``cursor`` on, which must have room for ``sum(counts)`` rows: two threads
+    may fill disjoint row ranges of the same arrays at once (each with its own scratch).
 
-    Returns ``(error, records, full_record, size, latest)``: ``error`` is ``REC_OK`` or the
-    first record error (the caller re-indexes with the reader to raise it; nothing was put),
-    ``records`` the records indexed, ``full_record`` the chunk-relative index of the record
-    that did not fit (-1 when the map did not fill), ``size`` the new entry count and ``latest``
-    the offset of the last record put (-1 if none).
+    Returns ``(error, records)``: ``error`` is ``REC_OK`` or the first record error (the caller
+    re-indexes with the reader to raise it), ``records`` the records indexed before it.
     """
     n = starts.shape[0]
-    if tab.shape[1] != 3 or scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
-        raise ValueError("map_records: wrong table or scratch shape")
+    if scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
+        raise ValueError("cache_records: wrong scratch shape")
     if (
         min(
             ends.shape[0],
@@ -84,16 +78,16 @@ def map_records(
         )
         < n
     ):
-        raise ValueError("map_records: the batch columns differ in length")
+        raise ValueError("cache_records: the batch columns differ in length")
     rows = 0
     top = 0
     for i in range(n):
         if not 0 <= starts[i] <= ends[i] <= buf.shape[0] or counts[i] < 0:
-            raise ValueError("map_records: a payload range lies outside the buffer")
+            raise ValueError("cache_records: a payload range lies outside the buffer")
         rows += counts[i]
         top = max(top, counts[i])
     if scratch.shape[0] < top or scratch_hashes.shape[0] < top:
-        raise ValueError("map_records: scratch has fewer rows than a batch")
+        raise ValueError("cache_records: scratch has fewer rows than a batch")
     if (
         cursor < 0
         or cache_hashes.shape[0] < cursor + rows
@@ -101,19 +95,12 @@ def map_records(
         or cache_flags.shape[0] < cursor + rows
         or cache_hashes.shape[1] != 2
     ):
-        raise ValueError("map_records: the cache arrays are too small")
-    if touched.shape[0] * 64 < tab.shape[0]:
-        raise ValueError("map_records: the bitmap is smaller than the table")
+        raise ValueError("cache_records: the cache arrays are too small")
     buf_p = _data_ptr(buf)
     scratch_p = _data_ptr(scratch)
     sh_p = _data_ptr(scratch_hashes)
-    t = _data_ptr(tab)
-    touched_p = _data_ptr(touched)
-    slots = tab.shape[0]
     prev = base_offsets[0] - 1 if n else 0
     rec = 0
-    # first every record of the chunk into the cache arrays, then the puts from there: a tight
-    # put loop overlaps its cache misses far better than one interleaved with the parsing
     for i in range(n):
         err, _pos, prev = _index_one(
             buf_p,
@@ -132,7 +119,7 @@ def map_records(
             prev,
         )
         if err != k.REC_OK:
-            return err, rec, -1, size, -1
+            return err, rec
         for r in range(counts[i]):
             c = cursor + rec
             cache_hashes[c, 0] = scratch_hashes[r, 0]
@@ -143,19 +130,57 @@ def map_records(
                 flags |= FLAG_TOMBSTONE
             cache_flags[c] = flags
             rec += 1
-    full_record = -1
+    return k.REC_OK, rec
+
+
+@kernel(nogil=True)
+def put_cached(
+    tab: Arr,
+    start_offset: int,
+    size: int,
+    max_entries: int,
+    cache_hashes: Arr,
+    cache_offsets: Arr,
+    cache_flags: Arr,
+    lo: int,
+    hi: int,
+    touched: Arr,
+) -> tuple[int, int, int]:
+    """Put the keyed records of cache rows ``[lo, hi)`` at or after ``start_offset`` into
+    ``tab`` (a width-3 ``OffsetMap`` table with ``size`` entries), in row order, until
+    ``max_entries`` is reached: the map is then full (Kafka's rule, as ``put_batch``). Every
+    slot written is marked in ``touched`` (``touched_bitmap``).
+
+    Returns ``(full_row, size, latest)``: the row of the record that did not fit (-1 when the
+    map did not fill), the new entry count and the offset of the last record put (-1 if none).
+    """
+    if tab.shape[1] != 3:
+        raise ValueError("put_cached: wrong table shape")
+    if (
+        not 0 <= lo <= hi
+        or cache_hashes.shape[0] < hi
+        or cache_offsets.shape[0] < hi
+        or cache_flags.shape[0] < hi
+        or cache_hashes.shape[1] != 2
+    ):
+        raise ValueError("put_cached: rows outside the cache arrays")
+    if touched.shape[0] * 64 < tab.shape[0]:
+        raise ValueError("put_cached: the bitmap is smaller than the table")
+    t = _data_ptr(tab)
+    touched_p = _data_ptr(touched)
+    slots = tab.shape[0]
     latest = -1
-    for j in range(rec):
-        c = cursor + j
+    # a tight put loop over rows indexed before overlaps its cache misses far better than one
+    # interleaved with the parsing
+    for c in range(lo, hi):
         offset = cache_offsets[c]
         if (cache_flags[c] & FLAG_KEYED) and offset >= start_offset:
             if is_full(size, max_entries):
-                full_record = j  # Kafka: full before the key is even looked up
-                break
+                return c, size, latest  # Kafka: full before the key is even looked up
             n1, n2 = normalize(cache_hashes[c, 0], cache_hashes[c, 1])
             size += insert_key(t, 3, slots, n1, n2, offset, 0, False, False, touched_p, True)
             latest = offset
-    return k.REC_OK, rec, full_record, size, latest
+    return -1, size, latest
 
 
 @kernel(nogil=True)

@@ -1,6 +1,6 @@
 """The touched bitmap: which slots of an ``OffsetMap``'s table a map build wrote.
 
-``_fill.map_records`` marks every slot it writes (``_table.insert_key`` with ``mark``), one bit
+``_fill.put_cached`` marks every slot it writes (``_table.insert_key`` with ``mark``), one bit
 per slot, and the cleaner keeps the bitmap from one clean to the next. With it the map's upkeep
 costs the keys the last build put rather than the whole table: ``clear_touched`` empties just
 those slots (instead of a memset of up to 128 MiB), and ``map_offsets`` lists the offsets they
@@ -25,7 +25,7 @@ Arr = npt.NDArray[Any]
 
 
 def touched_bitmap(omap: OffsetMap) -> Arr:
-    """A bitmap with one bit per slot of ``omap``, for ``map_records`` and ``clear_touched``."""
+    """A bitmap with one bit per slot of ``omap``, for ``put_cached`` and ``clear_touched``."""
     return np.zeros((omap.slots + 63) // 64, dtype=np.uint64)
 
 
