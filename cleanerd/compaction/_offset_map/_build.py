@@ -10,9 +10,8 @@ the end of each segment) is done here with array maxima, so when the map fills m
 latest offset is exactly what Kafka's record loop leaves.
 
 The map is cleared first (``clear_map``: only the slots the last build wrote, when the cleaner's
-``touched`` bitmap knows them), and at the end, when the cache holds several records per key,
-the cached records that won their key are flagged (``_mark_winners``), which spares pass 2 a map
-lookup per record.
+``touched`` bitmap knows them), and at the end the cached records that won their key are flagged
+(``_mark_winners``): pass 2 decides them by that flag, with no key hash and no map lookup.
 
 For the timestamp and header strategies the already-clean part of the log takes part too
 (``update_from_clean_prefix``): a key of the dirty range may have its best record before the first
@@ -169,23 +168,19 @@ def _put_fused(
     full_record = -1
     laid_bytes = 0
     sub = batches[data_rows]
-    cursor = -1
     if data_rows.size:
         counts = np.ascontiguousarray(sub[:, k.B_COUNT])
         parts = _parts(arr, sub, counts, pool)
         err = k.REC_OK if parts is not None else k.REC_COUNT_MISMATCH
         if parts is not None:
             total = int(counts.sum())
-            cursor = cache.reserve(total) if cache is not None else -1
             lat = np.where(
                 sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
             )
-            if cache is not None and cursor >= 0:
-                hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
-            else:  # not kept: a chunk's worth of room for the kernel
-                hashes = np.empty((total, 2), dtype=np.uint64)
-                offsets = np.empty(total, dtype=np.int64)
-                flags = np.empty(total, dtype=np.uint8)
+            # a chunk's worth of room for the kernel; the cache takes its offsets and flags
+            hashes = np.empty((total, 2), dtype=np.uint64)
+            offsets = np.empty(total, dtype=np.int64)
+            flags = np.empty(total, dtype=np.uint8)
             scratch = np.empty((int(counts.max()), k.RECORD_COLUMNS), dtype=np.int64)
             scratch_hashes = np.empty((scratch.shape[0], 2), dtype=np.uint64)
             try:
@@ -218,7 +213,7 @@ def _put_fused(
                         hashes,
                         offsets,
                         flags,
-                        max(cursor, 0) + records,
+                        records,
                         touched,
                     )
                     if err != k.REC_OK:
@@ -236,9 +231,15 @@ def _put_fused(
         if err != k.REC_OK:
             index_and_hash(arr, sub, path)  # raises the reader's error for these batches
             raise AssertionError(f"{path}: map_records failed where the reader did not")
-        if cache is not None and cursor >= 0:
-            cache.commit(records)
-            first[data_rows] = cursor + np.cumsum(counts) - counts
+        if cache is not None:
+            # only batches wholly in the dirty range: pass 2 decides cached records by their
+            # winner flag, which records before ``start`` (never put into the map) cannot have
+            skip = int(np.searchsorted(sub[:, k.B_BASE_OFFSET], start))
+            skipped = int(counts[:skip].sum())
+            cursor = cache.append(offsets[skipped:records], flags[skipped:records])
+            if cursor >= 0:
+                rest = counts[skip:]
+                first[data_rows[skip:]] = cursor + np.cumsum(rest) - rest
     if cache is not None:
         cache.add_chunk(segment_id, batches, first, laid_bytes)
     if full_record >= 0:
@@ -340,6 +341,8 @@ def build_offset_map(
     checked in this cleaning) are walked without their CRCs.
     """
     clear_map(omap, touched)
+    if cache is not None:
+        cache.reset(start)
     if touched is None or touched.shape[0] * 64 < omap.slots:
         touched = touched_bitmap(omap)
     meta = CleanedTransactionMetadata(collect_aborted(log_segments, start, end))
@@ -381,28 +384,26 @@ def build_offset_map(
     if omap.latest_offset >= 0:
         result.end_offset = omap.latest_offset + 1
     if cache is not None and not strategy.versioned:
-        _mark_winners(omap, touched, cache, start)
+        _mark_winners(omap, touched, cache)
     return result
 
 
-WINNER_MARKING_RATIO = 4
-"""Mark the winners in the cache (one sort of the map's offsets and a merge walk) instead of
-looking every cached record up in pass 2, when the cache holds this many records per key."""
-
-
-def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache, start: int) -> None:
-    """Flag each cached record that is its key's entry in the map (``_fill.mark_winners``)."""
+def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache) -> None:
+    """Flag each cached record that is its key's entry in the map (``_fill.mark_winners``);
+    pass 2 decides the cached records by these flags alone, so when they cannot be set the
+    cache forgets its records."""
     n = cache.records
-    if n == 0 or omap.size * WINNER_MARKING_RATIO > n or not cache.ascending:
+    if n == 0:
         return
     winners = np.sort(map_offsets(omap.table, touched))
-    if winners.shape[0] != omap.size:  # pragma: no cover - every put marks its slot
+    if winners.shape[0] != omap.size or not cache.ascending:
+        cache.forget_records()  # the first: never (every put marks its slot)
         return
+    winners -= cache.base  # the cache's offsets are relative to it; the map's are all past it
     if winners.shape[0] * 64 < n:  # a binary search per winner beats a walk over every record
         mark_winners_sparse(winners, cache.offsets, cache.flags, n)
-        cache.winners_from = start
-    elif mark_winners(winners, cache.offsets, cache.flags, n) >= 0:
-        cache.winners_from = start
+    elif mark_winners(winners, cache.offsets, cache.flags, n) < 0:
+        cache.forget_records()
 
 
 def update_from_clean_prefix(
