@@ -32,8 +32,8 @@ Each timed run starts from a fresh copy of the cached partition in tmpfs (``--sh
 
 The cleaner runs on one thread, or with ``--threads N`` (N >= 2) on its own plus a
 ``decompression_pool`` of N - 1 threads (pass 1 decompresses part of each chunk there); the
-CPU time counts the cleaner's own thread only. ``cp`` of the same input (the full
-segments' ``.log`` files) from tmpfs to tmpfs is timed ``--repeat`` times after a warm-up as the limit. Times
+CPU time counts the cleaner's own thread only. ``cp`` of the same input (the full segments'
+``.log`` files) from tmpfs to tmpfs is timed ``--repeat`` times after a warm-up as the limit. Times
 are best of ``--repeat`` (every run is in ``seconds_runs``, medians in ``seconds_median``); the
 thread's CPU time for open + plan + clean is in ``cpu_seconds_*``, and each stage's median in
 ``cpu_seconds_median_by_stage`` (on a loaded machine the wall time also counts waiting for a
