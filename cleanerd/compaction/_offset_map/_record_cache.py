@@ -95,13 +95,14 @@ class RecordCache:
         self._segments.clear()
 
     def append(self, offsets: I64, flags: Arr) -> int:
-        """Take records (absolute offsets, in offset order, none before ``base``, and their
-        flags): where the first went, or -1 if they do not fit (count or offset span)."""
+        """Take records (absolute offsets, strictly rising as the record index checks them,
+        and their flags): where the first went, or -1 if they do not fit (count, or offsets
+        before ``base`` or past ``MAX_SPAN`` from it)."""
         n = offsets.shape[0]
         at = self.records
         if n <= 0 or at + n > self.max_records:
             return -1
-        lo, hi = int(offsets.min()) - self.base, int(offsets.max()) - self.base
+        lo, hi = int(offsets[0]) - self.base, int(offsets[-1]) - self.base
         if lo < 0 or hi > MAX_SPAN:
             return -1
         if self.offsets.shape[0] == 0:  # allocated on first use; untouched pages cost nothing
