@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction._batches import index_and_hash, payloads, transaction_verdicts
-from cleanerd.compaction._offset_map._fill import map_records, mark_winners, mark_winners_sparse
+from cleanerd.compaction._offset_map._fill import map_records, mark_winners
 from cleanerd.compaction._offset_map._map import OffsetMap
 from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets, touched_bitmap
@@ -400,10 +400,7 @@ def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache) -> None:
         cache.forget_records()  # the first: never (every put marks its slot)
         return
     winners -= cache.base  # the cache's offsets are relative to it; the map's are all past it
-    if winners.shape[0] * 64 < n:  # a binary search per winner beats a walk over every record
-        mark_winners_sparse(winners, cache.offsets, cache.flags, n)
-    elif mark_winners(winners, cache.offsets, cache.flags, n) < 0:
-        cache.forget_records()
+    mark_winners(winners, cache.offsets, cache.flags, n)
 
 
 def update_from_clean_prefix(
