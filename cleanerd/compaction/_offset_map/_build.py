@@ -178,9 +178,12 @@ def _put_fused(
                 sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
             )
             # a chunk's worth of room for the kernel; the cache takes its offsets and flags
-            hashes = np.empty((total, 2), dtype=np.uint64)
-            offsets = np.empty(total, dtype=np.int64)
-            flags = np.empty(total, dtype=np.uint8)
+            if cache is not None:
+                hashes, offsets, flags = cache.scratch(total)
+            else:
+                hashes = np.empty((total, 2), dtype=np.uint64)
+                offsets = np.empty(total, dtype=np.int64)
+                flags = np.empty(total, dtype=np.uint8)
             scratch = np.empty((int(counts.max()), k.RECORD_COLUMNS), dtype=np.int64)
             scratch_hashes = np.empty((scratch.shape[0], 2), dtype=np.uint64)
             try:

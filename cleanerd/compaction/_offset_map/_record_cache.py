@@ -84,6 +84,11 @@ class RecordCache:
         self.offsets = np.zeros(0, dtype=np.uint32)
         self.flags = np.zeros(0, dtype=np.uint8)
         self.keep = np.zeros(0, dtype=np.bool_)
+        self._scratch: tuple[Arr, I64, Arr] = (
+            np.zeros((0, 2), dtype=np.uint64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.uint8),
+        )
 
     def reset(self, base: int = 0) -> None:
         """Forget everything (the record arrays stay allocated, for the next clean); records
@@ -117,6 +122,19 @@ class RecordCache:
             self.ascending = False  # segments whose offsets overlap
         self.records += n
         return at
+
+    def scratch(self, n: int) -> tuple[Arr, I64, Arr]:
+        """Room for ``n`` records' hashes, offsets and flags, for pass 1's kernel: kept from one
+        chunk to the next (and one clean to the next), so its pages are faulted in once."""
+        if self._scratch[1].shape[0] < n:
+            size = max(n, 2 * self._scratch[1].shape[0])
+            self._scratch = (
+                np.empty((size, 2), dtype=np.uint64),
+                np.empty(size, dtype=np.int64),
+                np.empty(size, dtype=np.uint8),
+            )
+        hashes, offsets, flags = self._scratch
+        return hashes[:n], offsets[:n], flags[:n]
 
     def forget_records(self) -> None:
         """Drop every cached record (pass 2 then reads their batches); the batch matrices stay."""
