@@ -20,7 +20,9 @@ batch's first cached record (-1: not cached). When pass 1 read a whole segment f
 byte, pass 2 (and the producer-state walk) take the segment's batches from here instead of
 walking it again. Both parts are bounded: records by ``max_bytes``, batch matrices by a quarter
 of it. Once full, the cache stops taking records (or chunks) and pass 2 reads those as usual.
-The bound is the cleaner's (``_cleaner.RECORD_CACHE_BYTES`` says how it is chosen).
+The bound is the cleaner's (``_cleaner.RECORD_CACHE_BYTES`` says how it is chosen). Besides,
+the cache keeps pass 1's room for one chunk's hashes, offsets and flags (``scratch``, 25 bytes
+a record of the largest chunk), so its pages are faulted in once rather than per chunk.
 
 Offset strategy only: under timestamp and header the record's version would be needed too.
 """
