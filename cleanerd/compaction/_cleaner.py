@@ -22,12 +22,12 @@ file changed since the plan) they check in full, as before.
 4. The partition's ``cleaner-offset-checkpoint`` entry becomes ``end_offset``.
 
 Under the offset strategy pass 1 leaves a record cache (``_offset_map._record_cache``): for each
-record its key hash, offset and flags, and for each segment it read whole its checked batch
-matrices. Pass 2 then decides those batches without reading them (nor walking their segment again),
-the producer-state walk takes their headers from there too, and only the batches that lose some but
-not all of their records are read again. The cleaner keeps the cache's memory and a bitmap of the
-map slots its last build wrote from one clean to the next, so the next clean's map clear costs those
-slots, not the whole map.
+record of the dirty range its offset and flags (keyed, tombstone, won its key), and for each
+segment it read whole its checked batch matrices. Pass 2 then decides those batches without
+reading them (nor walking their segment again), the producer-state walk takes their headers from
+there too, and only the batches that lose some but not all of their records are read again. The
+cleaner keeps the cache's memory and a bitmap of the map slots its last build wrote from one clean
+to the next, so the next clean's map clear costs those slots, not the whole map.
 
 ``abort_check`` runs before every chunk (a few MiB of batches) of both passes: when it says so,
 the clean stops with ``CleaningAbortedError`` and leaves no ``.cleaned`` file. Any other error
@@ -76,7 +76,14 @@ from cleanerd.storage import (
 from cleanerd.topics import StrategyConfig, TopicCleanerConfig
 
 RECORD_CACHE_BYTES = 64 << 20
-"""Default bound of pass 1's record cache (``_offset_map._record_cache``): 26 bytes a record."""
+"""Default bound of pass 1's record cache (``_offset_map._record_cache``), per cleaner.
+
+The rule (docs/daemon.md, "How much memory"): the cache is a fixed amount per cleaner on top of
+the dedupe budget, not a share of it, so a cleaning's memory stays the map's budget plus a
+constant, whatever the budget. At 6 bytes a record, 64 MiB hold 11.1M records (about 1.3 GB of
+100-byte records), and up to a quarter more (16 MiB) the batch matrices (120 bytes a batch): a
+dirty range up to that is decided in pass 2 without being read again; past it, the rest is read
+as without a cache."""
 
 
 class CleaningAbortedError(Exception):

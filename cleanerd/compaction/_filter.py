@@ -140,6 +140,7 @@ _NO_RECORDS = np.zeros((0, k.RECORD_COLUMNS), dtype=np.int64)
 _NO_ROWS = np.zeros(0, dtype=np.intp)
 _NO_I64 = np.zeros(0, dtype=np.int64)
 _NO_BOOL = np.zeros(0, dtype=np.bool_)
+_NO_HASHES = np.zeros((0, 2), dtype=np.uint64)
 
 
 @kernel(nogil=True)
@@ -176,9 +177,11 @@ def decide_records(
     passed (delete.retention.ms) is expired; one beaten by a newer record of its key superseded.
 
     Records at or after ``winners_from`` (-1: none) carry ``FLAG_WINNER`` from ``mark_winners``
-    and are decided by it without a map lookup: every keyed record of the map's range at or
-    after the first dirty offset was put into the map in offset order, so its key is present
-    and ``offset >= found`` holds exactly for the last one, the one the map holds.
+    and are decided by it without a map lookup (``hashes`` may leave them out): every keyed
+    record of the map's range at or after the first dirty offset was put into the map in offset
+    order, so its key is present and ``offset >= found`` holds exactly for the last one, the one
+    the map holds. ``offsets``, ``latest_offset`` and ``winners_from`` may all be relative to
+    one base (the record cache's, whose offsets are uint32 past its ``base``).
     """
     t = _data_ptr(tab)
     slots = tab.shape[0]
@@ -205,7 +208,7 @@ def decide_records(
         b = rows[j]
         lo = first[b]
         hi = lo + counts[b]
-        if lo < 0 or hi > n or hi > keep.shape[0] or hi > flags.shape[0] or hi > hashes.shape[0]:
+        if lo < 0 or hi > n or hi > keep.shape[0] or hi > flags.shape[0]:
             raise ValueError("decide_records: a batch's records lie outside the arrays")
         if versioned and (hi > versions.shape[0] or hi > has_version.shape[0]):
             raise ValueError("decide_records: versions missing")
@@ -227,6 +230,8 @@ def decide_records(
                 win = (f & FLAG_WINNER) != 0
                 keep_it = win and (not tomb or deletes_kept)
             else:
+                if i >= hashes.shape[0]:
+                    raise ValueError("decide_records: a record to look up has no hash")
                 h1, h2 = normalize(hashes[i, 0], hashes[i, 1])
                 if versioned:
                     v, has = versions[i], has_version[i]
@@ -298,10 +303,11 @@ def decide_chunk(
     latest = ctx.omap.latest_offset
     invalid = expired = superseded = 0
     if cache is not None and first is not None and hit.any():
+        # every cached record is in the dirty range and flagged (``RecordCache``): no lookups
         invalid, expired, superseded = decide_records(
-            tab, False, latest, ctx.now_ms, cache.hashes, cache.offsets, cache.flags,
+            tab, False, latest - cache.base, ctx.now_ms, _NO_HASHES, cache.offsets, cache.flags,
             _NO_I64, _NO_BOOL, first, counts, np.flatnonzero(hit), is_control, expirable,
-            horizon, cache.keep, kept, kept_tomb, cache.winners_from,
+            horizon, cache.keep, kept, kept_tomb, 0,
         )  # fmt: skip
     fresh = np.flatnonzero(look & ~hit)
     fresh_first = np.full(nb, -1, dtype=np.int64)

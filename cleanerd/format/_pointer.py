@@ -37,7 +37,7 @@ data_ptr: Any = intrinsic(_data_ptr_typing)
 
 def _load_le64_typing(typingctx: Any, ptr: Any, offset: Any) -> Any:
     """The 8 bytes at ``ptr + offset`` as a little-endian uint64, at any alignment."""
-    from llvmlite import ir  # noqa: PLC0415 (only to compile: cleanerd/_kernel.py)
+    from llvmlite import ir  # type: ignore[import-untyped]  # noqa: PLC0415 (only to compile)
     from numba import types  # noqa: PLC0415
 
     if not isinstance(ptr, types.CPointer) or not isinstance(offset, types.Integer):

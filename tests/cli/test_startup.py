@@ -58,7 +58,6 @@ _KERNELS = (
     "compaction._offset_map._fill.put_cached",
     "compaction._filter.decide_records",
     "compaction._offset_map._fill.mark_winners",
-    "compaction._offset_map._fill.mark_winners_sparse",
     "compaction._cleaned._rebuild.splice_records",
     "compaction._cleaned._rebuild.write_batches",
     "compaction._strategy.record_versions",

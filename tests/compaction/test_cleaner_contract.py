@@ -500,3 +500,33 @@ def test_record_cache_changes_nothing_but_the_work(
             stats.batches_dropped_without_decompressing
             > plain.batches_dropped_without_decompressing
         )
+
+
+@pytest.mark.parametrize("layout", ["dirty_from_mid_batch", "offsets_past_2_32"])
+def test_record_cache_leaves_out_what_it_cannot_decide(tmp_path: Path, layout: str) -> None:
+    """The cache keeps no key hash, so it takes only batches wholly in the dirty range (a record
+    before it would need a map lookup) and offsets within 2^32 of its start; the batches it
+    leaves out are read in pass 2, and the log comes out as without a cache."""
+
+    def run(d: Path, cache: int) -> tuple[list[bytes], Any]:
+        log = new_log(d, segment_bytes=1 << 20)
+        for i in range(60):
+            log.append([rec(i % 7, i), rec(i % 11, None if i % 5 == 0 else i), rec(i % 3, i)])
+        if layout == "offsets_past_2_32":
+            log.roll(1 << 33)  # the next segment's records lie 2^33 past the dirty range's start
+            for i in range(60):
+                log.append([rec(i % 13, i), rec(i % 7, None if i % 4 == 0 else i)])
+        log.roll()
+        start = 91 if layout == "dirty_from_mid_batch" else 0  # 91: the middle of a batch
+        result = Cleaner(offset_map(), record_cache_bytes=cache).clean(
+            log, make_plan(log, start, log.active_segment.base_offset), compacted_config(),
+            OFFSET, LARGE_TS,
+        )  # fmt: skip
+        return _log_bytes(log), result.stats
+
+    reference, plain = run(tmp_path / "ref", 0)
+    got, stats = run(tmp_path / "got", 64 << 20)
+    assert got == reference
+    assert stats.messages_written == plain.messages_written
+    assert stats.tombstones_removed == plain.tombstones_removed
+    assert stats.batches_dropped_without_decompressing > plain.batches_dropped_without_decompressing

@@ -134,10 +134,9 @@ def _pass1(part: Path, map_bytes: int, cache_bytes: int, pool: Executor | None) 
             "checked": len(build.checked),
             "stats": (stats.map_messages_read, stats.map_bytes_read),
             "records": n,
-            "hashes": cache.hashes[:n].copy(),
             "offsets": cache.offsets[:n].copy(),
             "flags": cache.flags[:n].copy(),
-            "winners_from": cache.winners_from,
+            "base": cache.base,
             "segments": segments,
             "bases": [s.base_offset for s in log.segments],
         }

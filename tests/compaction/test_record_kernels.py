@@ -1,20 +1,21 @@
 """The fused pass-1 and pass-2 kernels (``_offset_map._fill.cache_records`` and ``put_cached``,
 ``_filter.decide_records``) probe the offset map with its own functions (``_offset_map._table``):
 a map they fill is the map ``OffsetMap.put_batch`` fills, slot for slot, and their retain rule is
-its rule."""
+its rule. ``mark_winners``, between them, flags exactly the records whose offset won."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from cleanerd.compaction import OffsetMap
 from cleanerd.compaction._batches import payloads
 from cleanerd.compaction._filter import decide_records
-from cleanerd.compaction._offset_map._fill import cache_records, put_cached
-from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED
+from cleanerd.compaction._offset_map._fill import cache_records, mark_winners, put_cached
+from cleanerd.compaction._offset_map._record_cache import FLAG_KEYED, FLAG_WINNER
 from cleanerd.compaction._offset_map._touched import touched_bitmap
 from cleanerd.format import Record, build_batch, kernels as k
 
@@ -137,3 +138,22 @@ def test_fused_map_is_put_batch_map(
     retain = fused_map.should_retain(hashes, offsets)
     is_keyed = (flags & FLAG_KEYED) != 0
     assert np.array_equal(keep[is_keyed], retain[is_keyed])
+
+
+@pytest.mark.parametrize(("records", "winners"), [(5000, 3), (5000, 700), (5000, 5000), (1, 1)])
+def test_mark_winners_flags_the_records_whose_offset_won(records: int, winners: int) -> None:
+    """The galloping search flags the records whose offset is a winner's, and no other; winners
+    the cache does not hold (past its last record, between its records) flag nothing."""
+    rng = np.random.default_rng(records + winners)
+    offsets = np.sort(rng.choice(1 << 32, records, replace=False)).astype(np.uint32)
+    held = rng.choice(offsets.astype(np.int64), winners, replace=False)
+    absent = np.array([int(offsets[-1]) + 1, int(offsets[0]) + 1, 1 << 33], dtype=np.int64)
+    absent = absent[~np.isin(absent, offsets)]
+    chosen = np.unique(np.concatenate([held, absent]))
+    flags = (rng.integers(0, 2, records) * FLAG_KEYED).astype(np.uint8)
+    before = flags.copy()
+    marked = mark_winners(chosen, offsets, flags, records)
+    expected = np.isin(offsets.astype(np.int64), held)
+    assert marked == int(expected.sum()) == np.unique(held).size
+    assert np.array_equal((flags & FLAG_WINNER) != 0, expected)
+    assert np.array_equal(flags & ~np.uint8(FLAG_WINNER), before)

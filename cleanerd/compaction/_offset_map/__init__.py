@@ -5,8 +5,8 @@
 * ``_map``: ``OffsetMap``, the bounded map from key hash to winning offset (and version);
 * ``_touched``: the bitmap of the slots a build wrote, and the upkeep it makes cheap (clearing
   the map, listing its offsets);
-* ``_record_cache``: what pass 1 saw of each record (hash, offset, ``FLAG_*`` flags) and of each
-  segment's batches, kept so pass 2 need not read them again;
+* ``_record_cache``: what pass 1 saw of each record (offset, ``FLAG_*`` flags, among them whether
+  it won its key) and of each segment's batches, kept so pass 2 need not read them again;
 * ``_fill``: pass 1's kernels for the offset strategy (index, hash, put and cache a chunk in one
   call; flag the cached winners);
 * ``_build``: pass 1 itself, Kafka's ``buildOffsetMap`` over the dirty range.

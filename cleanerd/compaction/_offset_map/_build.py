@@ -14,9 +14,8 @@ done here with array maxima, so when the map fills mid-chunk the latest offset i
 Kafka's record loop leaves.
 
 The map is cleared first (``clear_map``: only the slots the last build wrote, when the cleaner's
-``touched`` bitmap knows them), and at the end, when the cache holds several records per key,
-the cached records that won their key are flagged (``_mark_winners``), which spares pass 2 a map
-lookup per record.
+``touched`` bitmap knows them), and at the end the cached records that won their key are flagged
+(``_mark_winners``): pass 2 decides them by that flag, with no key hash and no map lookup.
 
 For the timestamp and header strategies the already-clean part of the log takes part too
 (``update_from_clean_prefix``): a key of the dirty range may have its best record before the first
@@ -37,12 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction._batches import index_and_hash, payloads, transaction_verdicts
-from cleanerd.compaction._offset_map._fill import (
-    cache_records,
-    mark_winners,
-    mark_winners_sparse,
-    put_cached,
-)
+from cleanerd.compaction._offset_map._fill import cache_records, mark_winners, put_cached
 from cleanerd.compaction._offset_map._map import OffsetMap
 from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets, touched_bitmap
@@ -190,19 +184,18 @@ def _put_fused(
         if (counts < 0).any() or total * k.MIN_RECORD_SIZE > whole + int(sub[:, k.B_SIZE].sum()):
             index_and_hash(arr, sub, path)  # raises the reader's error for these batches
             raise AssertionError(f"{path}: record counts the reader accepts are out of bounds")
-        cursor = cache.reserve(total) if cache is not None else -1
-        if cache is not None and cursor >= 0:
-            hashes, offsets, flags = cache.hashes, cache.offsets, cache.flags
-        else:  # not kept: a chunk's worth of room for the kernels
+        # a chunk's worth of room for the kernels; the record cache then takes offsets and flags
+        if cache is not None:
+            hashes, offsets, flags = cache.scratch(total)
+        else:
             hashes = np.empty((total, 2), dtype=np.uint64)
             offsets = np.empty(total, dtype=np.int64)
             flags = np.empty(total, dtype=np.uint8)
-        row0 = max(cursor, 0)
         # uncompressed chunks stay on this thread: indexing one costs little more than sharing it
         # (POOL_PIECES), and the second core gained little on a loaded machine
         shared = pool is not None and bool((sub[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
-        pieces = _Pieces(arr, sub, counts, hashes, offsets, flags, row0, shared)
-        put = _Puts(omap, start, hashes, offsets, flags, row0, touched)
+        pieces = _Pieces(arr, sub, counts, hashes, offsets, flags, shared)
+        put = _Puts(omap, start, hashes, offsets, flags, touched)
         if not pieces.run(pool, put):
             # a piece did not fit its share or did not decompress, or a record is bad: the
             # chunk as one thread lays it out (within the whole bound), or the reader says why
@@ -219,9 +212,14 @@ def _put_fused(
         laid_bytes = sum(pieces.laid_bytes)
         records = total
         full_record = put.full_row
-        if cache is not None and cursor >= 0:
-            cache.commit(records)
-            first[data_rows] = cursor + pieces.rows[:-1]
+        if cache is not None:
+            # only batches wholly in the dirty range: pass 2 decides cached records by their
+            # winner flag, which records before ``start`` (never put into the map) cannot have
+            skip = int(np.searchsorted(sub[:, k.B_BASE_OFFSET], start))
+            skipped = int(pieces.rows[skip])
+            cursor = cache.append(offsets[skipped:records], flags[skipped:records])
+            if cursor >= 0:
+                first[data_rows[skip:]] = cursor + pieces.rows[skip:-1] - skipped
     if cache is not None:
         cache.add_chunk(segment_id, batches, first, laid_bytes)
     if full_record >= 0:
@@ -262,12 +260,10 @@ class _Puts:
         hashes: Arr,
         offsets: Arr,
         flags: Arr,
-        row0: int,
         touched: Arr,
     ) -> None:
         self.omap, self.start, self.touched = omap, start, touched
         self.hashes, self.offsets, self.flags = hashes, offsets, flags
-        self.row0 = row0
         self.done = 0  # chunk-relative rows put (or passed over once the map is full)
         self.full_row = -1
 
@@ -285,15 +281,15 @@ class _Puts:
                 self.hashes,
                 self.offsets,
                 self.flags,
-                self.row0 + self.done,
-                self.row0 + rows,
+                self.done,
+                rows,
                 self.touched,
             )
             omap.set_size(size)
             if latest >= 0:
                 omap.update_latest_offset(latest)
             if full >= 0:
-                self.full_row = full - self.row0
+                self.full_row = full
         self.done = rows
 
 
@@ -317,12 +313,10 @@ class _Pieces:
         hashes: Arr,
         offsets: Arr,
         flags: Arr,
-        row0: int,
         shared: bool,
     ) -> None:
         self.arr, self.sub, self.counts = arr, sub, counts
         self.hashes, self.offsets, self.flags = hashes, offsets, flags
-        self.row0 = row0
         self.n = n = sub.shape[0]
         self.rows = np.zeros(n + 1, dtype=np.int64)  # each batch's first row, chunk-relative
         np.cumsum(counts, out=self.rows[1:])
@@ -365,7 +359,7 @@ class _Pieces:
             self.hashes,
             self.offsets,
             self.flags,
-            self.row0 + int(self.rows[lo]),
+            int(self.rows[lo]),
         )
         return int(err)
 
@@ -483,6 +477,8 @@ def build_offset_map(
     are walked without their CRCs.
     """
     clear_map(omap, touched)
+    if cache is not None:
+        cache.reset(start)
     if touched is None or touched.shape[0] * 64 < omap.slots:
         touched = touched_bitmap(omap)
     meta = CleanedTransactionMetadata(collect_aborted(log_segments, start, end))
@@ -524,28 +520,23 @@ def build_offset_map(
     if omap.latest_offset >= 0:
         result.end_offset = omap.latest_offset + 1
     if cache is not None and not strategy.versioned:
-        _mark_winners(omap, touched, cache, start)
+        _mark_winners(omap, touched, cache)
     return result
 
 
-WINNER_MARKING_RATIO = 4
-"""Mark the winners in the cache (one sort of the map's offsets and a merge walk) instead of
-looking every cached record up in pass 2, when the cache holds this many records per key."""
-
-
-def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache, start: int) -> None:
-    """Flag each cached record that is its key's entry in the map (``_fill.mark_winners``)."""
+def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache) -> None:
+    """Flag each cached record that is its key's entry in the map (``_fill.mark_winners``);
+    pass 2 decides the cached records by these flags alone, so when they cannot be set the
+    cache forgets its records."""
     n = cache.records
-    if n == 0 or omap.size * WINNER_MARKING_RATIO > n or not cache.ascending:
+    if n == 0:
         return
     winners = np.sort(map_offsets(omap.table, touched))
-    if winners.shape[0] != omap.size:  # pragma: no cover - every put marks its slot
+    if winners.shape[0] != omap.size or not cache.ascending:
+        cache.forget_records()  # the first: never (every put marks its slot)
         return
-    if winners.shape[0] * 64 < n:  # a binary search per winner beats a walk over every record
-        mark_winners_sparse(winners, cache.offsets, cache.flags, n)
-        cache.winners_from = start
-    elif mark_winners(winners, cache.offsets, cache.flags, n) >= 0:
-        cache.winners_from = start
+    winners -= cache.base  # the cache's offsets are relative to it; the map's are all past it
+    mark_winners(winners, cache.offsets, cache.flags, n)
 
 
 def update_from_clean_prefix(

@@ -4,15 +4,16 @@ that won their key. No per-record numpy.
 
 * ``cache_records`` indexes every record of a run of a chunk's data batches with the format's
   own record parser (``kernels.index_one``, so validation is exactly the reader's), hashes each
-  key as it is parsed and writes what pass 2 needs of each record (hash, offset, ``FLAG_*``
-  flags) into rows of the record cache. The record matrix is never materialised: each batch is
+  key as it is parsed and writes what the puts and pass 2 need of each record (hash, offset,
+  ``FLAG_*`` flags) into rows of the chunk's working arrays (``RecordCache.scratch``; the record
+  cache then keeps offsets and flags). The record matrix is never materialised: each batch is
   parsed into a small scratch matrix that stays in L1. Runs of batches are independent: two
   threads fill disjoint rows at once.
 * ``put_cached`` puts the keyed records of the dirty range from those rows into the offset map
   (Kafka's full rule, as ``OffsetMap.put_batch``), in offset order, on one thread.
-* ``mark_winners`` and ``mark_winners_sparse`` set ``FLAG_WINNER`` on the cached records whose
-  offset is their key's entry in the map (the offsets ``_touched.map_offsets`` lists), so pass 2
-  decides them without a map lookup.
+* ``mark_winners`` sets ``FLAG_WINNER`` on the cached records whose offset is their key's entry
+  in the map (the offsets ``_touched.map_offsets`` lists), so pass 2 decides them without a map
+  lookup (and without their key hash, which the record cache does not keep).
 
 ``put_cached`` reaches ``OffsetMap.table`` through a raw pointer (``kernels.data_ptr``): a
 numba helper that takes an array pays an atomic incref/decref per call, which at one probe per
@@ -185,52 +186,37 @@ def put_cached(
 
 @kernel(nogil=True)
 def mark_winners(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
-    """Set ``FLAG_WINNER`` on the first ``n`` records whose offset is in ``winners``.
+    """Set ``FLAG_WINNER`` on the first ``n`` records whose offset is in ``winners``; returns how
+    many were marked.
 
-    ``winners`` is ascending, and so is ``offsets[:n]`` in a sound log (pass 1 caches records in
-    offset order): one merge walk. Returns how many records were marked, or -1 if the offsets
-    were not strictly ascending (segments whose offsets overlap), when the flags must not be
-    used.
+    Both are ascending (``offsets[:n]`` strictly: the caller knows, ``RecordCache.ascending``),
+    and only the winners' flags are touched (pass 1 wrote every flag without ``FLAG_WINNER``).
+    Each winner is found by galloping from the previous one's place, then a binary search over
+    the records between: about ``w log(n / w)`` steps for ``w`` winners, near each other in
+    memory, whether the winners are few (a search each) or a good share of the records.
     """
     if n > offsets.shape[0] or n > flags.shape[0]:
         raise ValueError("mark_winners: fewer records than n")
-    i = 0
     marked = 0
-    for j in range(n):
-        o = offsets[j]
-        if j and o <= offsets[j - 1]:
-            return -1
-        while i < winners.shape[0] and winners[i] < o:
-            i += 1
-        if i < winners.shape[0] and winners[i] == o:
-            flags[j] |= FLAG_WINNER
-            marked += 1
-        else:
-            flags[j] &= ~FLAG_WINNER
-    return marked
-
-
-@kernel(nogil=True)
-def mark_winners_sparse(winners: Arr, offsets: Arr, flags: Arr, n: int) -> int:
-    """``mark_winners`` by one binary search per winner: for few winners among many records.
-
-    ``offsets[:n]`` must be strictly ascending (the caller knows, ``RecordCache.ascending``);
-    only the winners' flags are touched (pass 1 wrote every flag without ``FLAG_WINNER``).
-    """
-    if n > offsets.shape[0] or n > flags.shape[0]:
-        raise ValueError("mark_winners_sparse: fewer records than n")
-    marked = 0
+    lo = 0  # every record before it has a smaller offset than the winner looked for
     for w in range(winners.shape[0]):
         o = winners[w]
-        lo = 0
-        hi = n
+        hi = lo
+        step = 1
+        while hi < n and offsets[hi] < o:
+            lo = hi + 1
+            hi += step
+            step <<= 1
+        hi = min(hi, n)
         while lo < hi:
             mid = (lo + hi) >> 1
             if offsets[mid] < o:
                 lo = mid + 1
             else:
                 hi = mid
-        if lo < n and offsets[lo] == o:
+        if lo >= n:
+            break
+        if offsets[lo] == o:
             flags[lo] |= FLAG_WINNER
             marked += 1
     return marked

@@ -1,18 +1,28 @@
 """What pass 1 saw of each segment, kept for pass 2 so it need not read the dirty batches again.
 
 Pass 2 decides a record from its offset, whether it has a key, whether it is a tombstone, and
-its key hash; pass 1 computed all of these. Kept per record (25 bytes, plus one byte for pass 2's
-verdict) for the batches pass 1 indexed, they let pass 2 decide those batches without reading
-them: a batch that loses every record is dropped, and one that keeps every record is copied,
-both without decompressing; only a batch that keeps some of its records is read again (to
-rebuild it). Records live in preallocated arrays (pages are touched only as they fill), in the
-order pass 1 indexed them, so a batch's records are one contiguous range.
+whether it won its key; pass 1 knows all of these. Kept per record (6 bytes: the offset from the
+dirty range's first offset as a uint32, the ``FLAG_*`` flags, and pass 2's verdict) for the
+batches pass 1 indexed, they let pass 2 decide those batches without reading them: a batch that
+loses every record is dropped, and one that keeps every record is copied, both without
+decompressing; only a batch that keeps some of its records is read again (to rebuild it).
+Records live in preallocated arrays (pages are touched only as they fill), in the order pass 1
+indexed them, so a batch's records are one contiguous range.
+
+No key hash is kept: at the end of pass 1 every cached record that is its key's entry in the map
+is flagged ``FLAG_WINNER`` (``_fill.mark_winners``, from the map's offsets alone), and pass 2
+decides the cached records by that flag. So only batches wholly in the dirty range are cached (a
+record before it would need a map lookup); when the flags cannot be set (offsets that do not
+rise), the cache forgets its records (``forget_records``) and pass 2 reads those batches.
 
 Pass 1 also leaves, per chunk, its batch matrix (checked: lengths, offsets, CRC32C) and each
 batch's first cached record (-1: not cached). When pass 1 read a whole segment from its first
 byte, pass 2 (and the producer-state walk) take the segment's batches from here instead of
 walking it again. Both parts are bounded: records by ``max_bytes``, batch matrices by a quarter
 of it. Once full, the cache stops taking records (or chunks) and pass 2 reads those as usual.
+The bound is the cleaner's (``_cleaner.RECORD_CACHE_BYTES`` says how it is chosen). Besides,
+the cache keeps pass 1's room for one chunk's hashes, offsets and flags (``scratch``, 25 bytes
+a record of the largest chunk), so its pages are faulted in once rather than per chunk.
 
 Offset strategy only: under timestamp and header the record's version would be needed too.
 """
@@ -29,7 +39,8 @@ import numpy.typing as npt
 from cleanerd.format import I64, kernels as k
 
 Arr = npt.NDArray[Any]
-RECORD_BYTES = 16 + 8 + 1 + 1  # hash, offset, flags, pass 2's keep flag
+RECORD_BYTES = 4 + 1 + 1  # offset from ``base``, flags, pass 2's keep flag
+MAX_SPAN = (1 << 32) - 1  # the last offset a record may have past ``base`` to be cached
 # a record's flags (``RecordCache.flags``; pass 2 computes the same for records it reads itself)
 FLAG_KEYED = 1
 FLAG_TOMBSTONE = 2
@@ -69,41 +80,71 @@ class RecordCache:
         self.max_batch_bytes = max(0, max_bytes) // 4
         self.records = 0
         self.batch_bytes = 0
-        self.winners_from = -1  # records from this offset on carry FLAG_WINNER
+        self.base = 0  # the dirty range's first offset: cached offsets are relative to it
         self.ascending = True  # record offsets rise strictly from one record to the next
         self._segments: dict[int, _Segment] = {}
-        self.hashes = np.zeros((0, 2), dtype=np.uint64)
-        self.offsets = np.zeros(0, dtype=np.int64)
+        self.offsets = np.zeros(0, dtype=np.uint32)
         self.flags = np.zeros(0, dtype=np.uint8)
         self.keep = np.zeros(0, dtype=np.bool_)
+        self._scratch: tuple[Arr, I64, Arr] = (
+            np.zeros((0, 2), dtype=np.uint64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.uint8),
+        )
 
-    def reset(self) -> None:
-        """Forget everything (the record arrays stay allocated, for the next clean)."""
+    def reset(self, base: int = 0) -> None:
+        """Forget everything (the record arrays stay allocated, for the next clean); records
+        taken from now on are those of a dirty range starting at ``base``."""
         self.records = 0
         self.batch_bytes = 0
-        self.winners_from = -1
+        self.base = base
         self.ascending = True
         self._segments.clear()
 
-    def reserve(self, n: int) -> int:
-        """Where ``n`` more records would go, or -1 if they do not fit (see ``commit``)."""
-        if n <= 0 or self.records + n > self.max_records:
+    def append(self, offsets: I64, flags: Arr) -> int:
+        """Take records (absolute offsets, strictly rising as the record index checks them,
+        and their flags): where the first went, or -1 if they do not fit (count, or offsets
+        before ``base`` or past ``MAX_SPAN`` from it)."""
+        n = offsets.shape[0]
+        at = self.records
+        if n <= 0 or at + n > self.max_records:
             return -1
-        if self.hashes.shape[0] == 0:  # allocated on first use; untouched pages cost nothing
+        lo, hi = int(offsets[0]) - self.base, int(offsets[-1]) - self.base
+        if lo < 0 or hi > MAX_SPAN:
+            return -1
+        if self.offsets.shape[0] == 0:  # allocated on first use; untouched pages cost nothing
             cap = self.max_records
-            self.hashes = _anonymous(cap * 16, np.uint64).reshape(cap, 2)
-            self.offsets = _anonymous(cap * 8, np.int64)
+            self.offsets = _anonymous(cap * 4, np.uint32)
             self.flags = _anonymous(cap, np.uint8)
             self.keep = _anonymous(cap, np.bool_)
-        return self.records
-
-    def commit(self, n: int) -> None:
-        """Take the ``n`` records written at ``reserve``'s position (in offset order, as the
-        record index checks; whether they follow the records before them is checked here)."""
-        at = self.records
-        if n and at and self.offsets[at] <= self.offsets[at - 1]:
+        rel = self.offsets[at : at + n]
+        np.subtract(offsets, self.base, out=rel, casting="unsafe")  # 0 <= each < 2^32: checked
+        self.flags[at : at + n] = flags
+        if at and rel[0] <= self.offsets[at - 1]:
             self.ascending = False  # segments whose offsets overlap
         self.records += n
+        return at
+
+    def scratch(self, n: int) -> tuple[Arr, I64, Arr]:
+        """Room for ``n`` records' hashes, offsets and flags, for pass 1's kernel: kept from one
+        chunk to the next (and one clean to the next), so its pages are faulted in once."""
+        if self._scratch[1].shape[0] < n:
+            size = max(n, 2 * self._scratch[1].shape[0])
+            self._scratch = (
+                np.empty((size, 2), dtype=np.uint64),
+                np.empty(size, dtype=np.int64),
+                np.empty(size, dtype=np.uint8),
+            )
+        hashes, offsets, flags = self._scratch
+        return hashes[:n], offsets[:n], flags[:n]
+
+    def forget_records(self) -> None:
+        """Drop every cached record (pass 2 then reads their batches); the batch matrices stay."""
+        self.records = 0
+        for seg in self._segments.values():
+            for _, first in seg.chunks:
+                first.fill(-1)
+            seg.frozen = None
 
     def add_chunk(self, segment_id: int, batches: I64, first: I64, payload_bytes: int) -> None:
         """Remember a chunk pass 1 read: its batches, each one's first cached record, and what
