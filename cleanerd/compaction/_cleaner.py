@@ -71,6 +71,7 @@ from cleanerd.storage import (
     check_offsets_across,
     iter_chunks,
     oldest_snapshot_end,
+    pages_kept,
     update_offset_checkpoint,
 )
 from cleanerd.topics import StrategyConfig, TopicCleanerConfig
@@ -196,10 +197,42 @@ class Cleaner:
         prechecked = frozenset() if plan.checks is None else log.claim_checked_segments(plan.checks)
         segments = list(log.segments)
         cleanable = segments[:-1]  # never the active segment
-        dirty = segments_between(cleanable, start, upper)
         cache = None if strategy.versioned else self._record_cache()
         if self._touched is None or self._touched.shape[0] * 64 < self.map.slots:
             self._touched = touched_bitmap(self.map)
+        # both passes read at most the segments up to the plan's end: a small log's pages are
+        # faulted in once, not once a pass (storage's ``pages_kept``)
+        reads = sum(s.size for s in segments_between(cleanable, -1, upper))
+        with pages_kept(reads):
+            end = self._passes(
+                log, plan, config, strategy, now_ms, keep_tombstones_from, stats, on_chunk,
+                prechecked, segments, cache,
+            )  # fmt: skip
+        update_offset_checkpoint(
+            log.directory.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: end}
+        )
+        stats.all_done()
+        return CleanResult(end, stats)
+
+    def _passes(
+        self,
+        log: PartitionLog,
+        plan: CleaningPlan,
+        config: TopicCleanerConfig,
+        strategy: StrategyConfig,
+        now_ms: int,
+        keep_tombstones_from: int,
+        stats: CleanerStats,
+        on_chunk: Callable[[int], None],
+        prechecked: frozenset[int],
+        segments: list[LogSegment],
+        cache: RecordCache | None,
+    ) -> int:
+        """Pass 1 (the map), the check of what pass 2 reads, pass 2 and the swaps; the end."""
+        start = plan.first_dirty_offset
+        upper = plan.first_uncleanable_offset
+        cleanable = segments[:-1]
+        dirty = segments_between(cleanable, start, upper)
         build = build_offset_map(
             dirty,
             segments,
@@ -244,11 +277,7 @@ class Cleaner:
         )
         for group in groups:
             self._clean_group(log, group, ctx, meta, stats, on_chunk, cache)
-        update_offset_checkpoint(
-            log.directory.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: end}
-        )
-        stats.all_done()
-        return CleanResult(end, stats)
+        return end
 
     def clean_segments(
         self,

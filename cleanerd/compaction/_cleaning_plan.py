@@ -27,6 +27,7 @@ from cleanerd.storage import (
     PartitionLog,
     TopicPartition,
     checkpointed_offset,
+    pages_kept,
 )
 from cleanerd.topics import TopicCleanerConfig
 
@@ -99,15 +100,17 @@ class LogMeta:
         The segment list is taken first and the LSO capped at that snapshot's log end, so a
         writer appending or rolling meanwhile can only make the plan more conservative. The
         walk goes a chunk at a time through the segments' kept maps, releasing the pages behind
-        it (resident memory stays about a chunk), and ``log`` keeps its result, which the clean
-        reuses (``PartitionLog.producer_state``).
+        it (resident memory stays about a chunk) unless the log is small enough for the clean
+        to find them mapped (storage's ``pages_kept``), and ``log`` keeps its result, which the
+        clean reuses (``PartitionLog.producer_state``).
         """
         segments = tuple(SegmentMeta.from_segment(s) for s in list(log.segments))
         leo = segments[-1].next_offset
         checks = None
         if last_stable_offset is None:
             checks = log.begin_checks()  # the clean skips the CRCs this walk checks
-            last_stable_offset = log.last_stable_offset(fold_producers)
+            with pages_kept(sum(s.size_bytes for s in segments)):
+                last_stable_offset = log.last_stable_offset(fold_producers)
         return cls(
             topic_partition=log.topic_partition,
             segments=segments,

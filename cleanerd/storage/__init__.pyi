@@ -21,6 +21,7 @@ from ._chunks import (
     CHUNK_BYTES as CHUNK_BYTES,
     chunk_bytes as chunk_bytes,
     iter_chunks as iter_chunks,
+    pages_kept as pages_kept,
     release as release,
 )
 from ._erasure_ledger import (

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cleanerd.compaction import LogMeta, cleaner_checkpoint
+from cleanerd.compaction import Cleaner, LogMeta, OffsetMap, cleaner_checkpoint, plan_log
 from cleanerd.format import Record, build_batch
 from cleanerd.storage import PartitionLog, _chunks as chunks_mod, iter_chunks, release
-from cleanerd.topics import LogConfig
+from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 
 PAGE = mmap.PAGESIZE
 
@@ -96,9 +96,10 @@ def test_planning_leaves_about_one_chunk_of_the_segment_resident(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The plan's producer-state walk goes through the segment's kept map (the clean reuses
-    it) a chunk at a time: the pages behind it are released, so planning a big segment does
-    not leave it resident."""
+    it) a chunk at a time: the pages behind it are released, so planning a log larger than
+    ``RESIDENT_LOG_BYTES`` does not leave it resident."""
     monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(chunks_mod, "RESIDENT_LOG_BYTES", 1 << 20)
     log = PartitionLog.create(tmp_path / "t-0", LogConfig())
     for i in range(300):
         log.append([Record(0, 0, b"k%d" % (i % 7), bytes(8000))])
@@ -109,3 +110,45 @@ def test_planning_leaves_about_one_chunk_of_the_segment_resident(
     assert kept.size > 2 << 20
     assert _rss_kib(kept) * 1024 <= 3 * (64 << 10) + 2 * PAGE
     log.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_a_small_log_stays_mapped_from_the_plan_through_the_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log within ``RESIDENT_LOG_BYTES``: the plan leaves its pages mapped for the passes to
+    read without faulting them in again, and once the clean swapped the segment out, its map
+    (and every page of it) is gone."""
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(chunks_mod, "RESIDENT_LOG_BYTES", 8 << 20)
+    log = PartitionLog.create(tmp_path / "t-0", LogConfig())
+    for i in range(300):
+        log.append([Record(0, 0, b"k%d" % (i % 7), bytes(8000))])
+    log.roll()
+    _, plan = plan_log(log, TopicCleanerConfig(), 0)
+    segment = log.segments[0]
+    kept = segment.view()
+    assert 2 << 20 < kept.size <= 8 << 20
+    assert _rss_kib(kept) * 1024 >= kept.size - 2 * PAGE  # every page still mapped
+    address = kept.ctypes.data
+    del kept
+    assert plan.first_uncleanable_offset > plan.first_dirty_offset
+    Cleaner(OffsetMap(1 << 20)).clean(log, plan, TopicCleanerConfig(), StrategyConfig(), 0)
+    assert log.segments[0] is not segment
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    assert not any(int(m.split("-", 1)[0], 16) == address for m in maps)
+    log.close()
+
+
+def test_pages_kept_holds_for_its_block_only() -> None:
+    limit = chunks_mod.RESIDENT_LOG_BYTES
+    with chunks_mod.pages_kept(limit) as outer:
+        assert outer
+        assert chunks_mod._KEPT.get()
+        with chunks_mod.pages_kept(limit + 1) as inner:  # a larger read inside keeps the outer's
+            assert not inner
+            assert chunks_mod._KEPT.get()
+    assert not chunks_mod._KEPT.get()
+    with chunks_mod.pages_kept(limit + 1) as big:
+        assert not big
+        assert not chunks_mod._KEPT.get()
