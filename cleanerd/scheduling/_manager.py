@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -667,6 +667,12 @@ class CleanerManager:
     def status(self, tp: TopicPartition) -> PartitionStatus | None:
         st = self._statuses.get(tp)
         return None if st is None else dataclasses.replace(st)
+
+    def live_statuses(self) -> Collection[PartitionStatus]:
+        """The records themselves, in no order, for a reader on the loop thread that changes
+        none and keeps none past its call (the survey's deadline count, the status line):
+        copying every partition's record at every survey cost the loop O(partitions)."""
+        return self._statuses.values()
 
     def statuses(self) -> tuple[PartitionStatus, ...]:
         """Copies, by topic partition."""
