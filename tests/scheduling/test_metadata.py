@@ -296,7 +296,7 @@ def settled_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Scans an hour after now: every dir's last change is older than ``RACY_NS``, so an
     unchanged stamp is trusted."""
     later = time.time_ns() + 3600 * 10**9
-    monkeypatch.setattr(metadata.time, "time_ns", lambda: later)
+    monkeypatch.setattr(time, "time_ns", lambda: later)
 
 
 @pytest.mark.usefixtures("settled_dirs")
