@@ -106,6 +106,7 @@ class CleanerManager:
         self._clock = clock_ms
         self._cache = MetadataCache()
         self._scan_lock = threading.Lock()
+        self._last_scan: Mapping[TopicPartition, PartitionSurvey] = {}  # under the lock
         self._statuses: dict[TopicPartition, PartitionStatus] = {}
         self._surveyed: dict[TopicPartition, PartitionSurvey] = {}
         self._stale: set[TopicPartition] = set()  # grabbed since the last fresh survey entry
@@ -159,7 +160,11 @@ class CleanerManager:
         resolve = self._config[0]
         with self._scan_lock:
             epoch = self._epoch
-            return take_survey(self.log_dirs, resolve, self._cache, self._clock(), epoch)
+            survey = take_survey(
+                self.log_dirs, resolve, self._cache, self._clock(), epoch, self._last_scan
+            )
+            self._last_scan = survey.partitions
+            return survey
 
     def apply(self, survey: Survey) -> None:
         """Take a survey's figures into the statuses; drop partitions that went away."""

@@ -197,6 +197,9 @@ class MetadataCache:
         self._seen_logs: set[str] = set()  # segment files this scan read
         self._known: dict[Path, _Known] = {}  # partition dirs as last listed
         self._scan_ns = 0  # wall clock at the scan's start (``RACY_NS``)
+        # per log dir, its entries' names -> partition and Path, or None (not a partition's
+        # name): the survey's listing keeps them from one survey to the next
+        self.dir_names: dict[Path, dict[str, tuple[TopicPartition, Path] | None]] = {}
         self.walks = 0  # segment header walks (full or resumed)
         self.lso_walks = 0  # producer-state walks
         self.checkpoint_reads = 0
