@@ -675,9 +675,10 @@ def test_a_survey_keeps_an_unchanged_partitions_entry_while_its_plan_is_time_fre
     assert second[a] is first[a]  # nothing planned again
     assert second[b] is not first[b]
     assert second[b].meta is first[b].meta  # the files were not read again
-    assert second[b].plan is not None
-    assert first[b].plan is not None
-    assert second[b].plan.compaction_delay_ms == first[b].plan.compaction_delay_ms + 60_000
+    before, after = first[b].plan, second[b].plan
+    assert before is not None
+    assert after is not None
+    assert after.compaction_delay_ms == before.compaction_delay_ms + 60_000
     resolve["a"] = TopicSettings.from_kafka({"cleanup.policy": "compact"})  # a reload
     third = manager.scan().partitions
     assert third[a] is not second[a]
