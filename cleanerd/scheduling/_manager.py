@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +106,7 @@ class CleanerManager:
         self._clock = clock_ms
         self._cache = MetadataCache()
         self._scan_lock = threading.Lock()
+        self._last_scan: Mapping[TopicPartition, PartitionSurvey] = {}  # under the lock
         self._statuses: dict[TopicPartition, PartitionStatus] = {}
         self._surveyed: dict[TopicPartition, PartitionSurvey] = {}
         self._stale: set[TopicPartition] = set()  # grabbed since the last fresh survey entry
@@ -159,7 +160,11 @@ class CleanerManager:
         resolve = self._config[0]
         with self._scan_lock:
             epoch = self._epoch
-            return take_survey(self.log_dirs, resolve, self._cache, self._clock(), epoch)
+            survey = take_survey(
+                self.log_dirs, resolve, self._cache, self._clock(), epoch, self._last_scan
+            )
+            self._last_scan = survey.partitions
+            return survey
 
     def apply(self, survey: Survey) -> None:
         """Take a survey's figures into the statuses; drop partitions that went away."""
@@ -667,6 +672,12 @@ class CleanerManager:
     def status(self, tp: TopicPartition) -> PartitionStatus | None:
         st = self._statuses.get(tp)
         return None if st is None else dataclasses.replace(st)
+
+    def live_statuses(self) -> Collection[PartitionStatus]:
+        """The records themselves, in no order, for a reader on the loop thread that changes
+        none and keeps none past its call (the survey's deadline count, the status line):
+        copying every partition's record at every survey cost the loop O(partitions)."""
+        return self._statuses.values()
 
     def statuses(self) -> tuple[PartitionStatus, ...]:
         """Copies, by topic partition."""

@@ -1,11 +1,19 @@
 """The daemon's per-partition metadata cache: a ``LogMeta`` per scan from stats, not rescans.
 
-Each scan lists a partition dir and stats its ``.log`` files; a segment whose (size, mtime,
-inode) did not change keeps its cached walk, one that only grew (the active segment) is walked
-from where the last walk stopped, anything else is walked again. The LSO needs the producer
-state only when some segment holds transactional batches, and then only those segments (no
-other batch opens or ends a transaction); its result is cached on their stats too. The log dir
-checkpoints are re-read only when their stat changes.
+Each scan stats a partition dir; when its stamp (mtime, ctime, inode, size) is what the last
+listing saw, and that listing was not racy (the dir's last change was ``RACY_NS`` older than the
+scan, so a later change cannot share its timestamp), the names are the same and only the last
+``.log`` (the active segment, the only one Kafka appends to) is stat'ed again; otherwise the dir
+is listed and every ``.log`` stat'ed. Inactive segments change only by a swap, a deletion or a
+roll, each of which changes the dir (a partition whose last read failed is always listed, so an
+in-place repair is seen). A segment whose (size, mtime, inode) did not change keeps its cached
+walk, one that only grew (the active segment) is walked from where the last walk stopped,
+anything else is walked again; a partition whose listing, active segment and checkpoint entries
+are all unchanged keeps its ``PartitionMeta`` (nothing re-parsed, no objects made: an unchanged
+partition costs two stats). The LSO needs the producer state only when some segment holds
+transactional batches, and then only those segments (no other batch opens or ends a
+transaction); its result is cached on their stats too. The log dir checkpoints are re-read only
+when their stat changes.
 
 Nothing here opens a ``PartitionLog``: opening may recover an interrupted swap, which only the
 cleaning worker may do. One scan at a time: the manager serialises callers.
@@ -14,6 +22,7 @@ cleaning worker may do. One scan at a time: the manager serialises callers.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +138,18 @@ def partition_log_meta(
     )
 
 
+RACY_NS = 2_000_000_000
+"""A dir changed less than this long before a scan may change again within the same timestamp
+(file systems stamp at the kernel's tick, not at each nanosecond): its listing is not trusted
+for the next scan (git's "racy" rule). Generous against ticks and small clock steps."""
+
+DirStamp = tuple[int, int, int, int]  # mtime_ns, ctime_ns, inode, size of a partition dir
+
+
+def _dir_stamp(st: os.stat_result) -> DirStamp:
+    return (int(st.st_mtime_ns), int(st.st_ctime_ns), int(st.st_ino), int(st.st_size))
+
+
 @dataclass(slots=True)
 class _Listing:
     names: list[str] = field(default_factory=list)
@@ -143,6 +164,19 @@ def _list(directory: Path) -> _Listing:
     found = segment_log_stats(directory, names=out.names)
     out.logs = sorted((base, path, FileStamp.of(st)) for base, (path, st) in found.items())
     return out
+
+
+@dataclass(slots=True)
+class _Known:
+    """A partition dir as the last scan listed it, and what that scan made of it."""
+
+    stamp: DirStamp
+    trusted: bool  # not racy: the same stamp at the next scan means the same names
+    listing: _Listing
+    fingerprint: int
+    paths: tuple[str, ...]  # of ``listing.logs``, for ``end_scan``
+    key: tuple[object, ...] | None = None  # what ``meta`` was made from
+    meta: PartitionMeta | None = None
 
 
 def _fingerprint(listing: _Listing) -> int:
@@ -161,19 +195,31 @@ class MetadataCache:
         self._checkpoints: dict[Path, tuple[FileStamp | None, Mapping[TopicPartition, int]]] = {}
         self._seen: set[Path] = set()  # partition dirs this scan read
         self._seen_logs: set[str] = set()  # segment files this scan read
+        self._known: dict[Path, _Known] = {}  # partition dirs as last listed
+        self._scan_ns = 0  # wall clock at the scan's start (``RACY_NS``)
+        # per log dir, its entries' names -> partition and Path, or None (not a partition's
+        # name): the survey's listing keeps them from one survey to the next
+        self.dir_names: dict[Path, dict[str, tuple[TopicPartition, Path] | None]] = {}
         self.walks = 0  # segment header walks (full or resumed)
         self.lso_walks = 0  # producer-state walks
         self.checkpoint_reads = 0
+        self.listings = 0  # partition dirs listed (the others: a stat of the dir and the active)
 
     # --- scans ------------------------------------------------------------------------------
     def begin_scan(self) -> None:
         self._seen = set()
         self._seen_logs = set()
+        self._scan_ns = time.time_ns()  # file times are wall clock times
 
     def end_scan(self) -> None:
         """Forget segments and partitions this scan did not see (deleted, swapped out)."""
-        self._walks = {p: v for p, v in self._walks.items() if p in self._seen_logs}
-        self._lso = {d: v for d, v in self._lso.items() if d in self._seen}
+        # rebuilt only when something went: comparing the keys costs no Python per partition
+        if not self._walks.keys() <= self._seen_logs:
+            self._walks = {p: v for p, v in self._walks.items() if p in self._seen_logs}
+        if not self._lso.keys() <= self._seen:
+            self._lso = {d: v for d, v in self._lso.items() if d in self._seen}
+        if not self._known.keys() <= self._seen:
+            self._known = {d: v for d, v in self._known.items() if d in self._seen}
 
     # --- log dir checkpoints ----------------------------------------------------------------
     def _checkpoint(self, path: Path) -> Mapping[TopicPartition, int]:
@@ -217,6 +263,7 @@ class MetadataCache:
             except FileNotFoundError:  # a file went away between listing and reading: once more
                 return self._read(directory, tp, checkpoints, walk)
         except Exception as e:  # one bad partition must not stop the scan
+            self._known.pop(directory, None)  # listed afresh next time
             file, position = locate(e)
             return PartitionMeta(
                 tp,
@@ -228,12 +275,62 @@ class MetadataCache:
                 error_position=position,
             )
 
+    def _listing(self, directory: Path) -> _Known:
+        """The dir's listing: the last one with its active segment stat'ed again when the dir
+        did not change since (see the module docstring), else a new one."""
+        stamp = _dir_stamp(os.stat(directory))  # before the listing: a change after is seen
+        known = self._known.get(directory)
+        if known is not None and known.trusted and known.stamp == stamp:
+            logs = known.listing.logs
+            if logs:
+                base, path, before = logs[-1]
+                now = FileStamp.of(os.stat(path, follow_symlinks=False))
+                if now != before:
+                    known.listing.logs = [*logs[:-1], (base, path, now)]
+            return known
+        self.listings += 1
+        listing = _list(directory)
+        trusted = stamp[1] < self._scan_ns - RACY_NS and stamp[0] < self._scan_ns - RACY_NS
+        paths = tuple(path for _, path, _ in listing.logs)
+        known = _Known(stamp, trusted, listing, _fingerprint(listing), paths)
+        self._known[directory] = known
+        return known
+
     def _read(
         self, directory: Path, tp: TopicPartition, checkpoints: LogDirCheckpoints, walk: bool
     ) -> PartitionMeta:
-        listing = _list(directory)
+        known = self._listing(directory)
+        listing, fingerprint = known.listing, known.fingerprint
+        key = (
+            walk,
+            listing.logs[-1] if listing.logs else None,
+            checkpoints.error,
+            checkpoints.log_start.get(tp),
+            checkpoints.replication.get(tp),
+            checkpoints.cleaner.get(tp),
+        )
+        if known.meta is not None and known.key == key:
+            if walk:
+                self._seen_logs.update(known.paths)  # their walks are still needed
+            return known.meta
+        meta = self._read_listed(directory, tp, checkpoints, walk, listing, fingerprint)
+        # a failed read is not kept: the next scan lists the dir again (an in-place repair)
+        if meta.error is None:
+            known.key, known.meta = key, meta
+        else:
+            known.trusted, known.key, known.meta = False, None, None
+        return meta
+
+    def _read_listed(
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        checkpoints: LogDirCheckpoints,
+        walk: bool,
+        listing: _Listing,
+        fingerprint: int,
+    ) -> PartitionMeta:
         size = sum(st.size for _, _, st in listing.logs)
-        fingerprint = _fingerprint(listing)
         if not walk:
             return PartitionMeta(tp, directory, size, fingerprint)
         if checkpoints.error is not None:

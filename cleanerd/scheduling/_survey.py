@@ -2,8 +2,12 @@
 
 ``take_survey`` is the manager's heavy half: it runs in a thread (``asyncio.to_thread``), reads
 files through the metadata cache and touches no partition status; the manager applies the
-resulting ``Survey`` on the event loop. A bad partition or topic config becomes an error in its
-entry, never an exception, so one bad partition cannot stop the others.
+resulting ``Survey`` on the event loop. A partition whose metadata the cache kept (its files
+unchanged), under the same topic settings, keeps its last entry when its plan cannot change
+with time (Kafka's default lags: no ``min.compaction.lag.ms``, no ``max.compaction.lag.ms``; no
+snapshots, whose files the entry reads): nothing planned again, no new objects. A bad partition
+or topic config becomes an error in its entry, never an exception, so one bad partition cannot
+stop the others.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cleanerd.compaction import CleaningPlan, plan
+from cleanerd.format import LONG_MAX
 from cleanerd.scheduling._metadata import MetadataCache, PartitionMeta
 from cleanerd.scheduling._snapshots import latest_snapshot_end
 from cleanerd.storage import TopicPartition, parse_partition_dir_name
@@ -63,13 +68,27 @@ class Survey:
     seconds: float = 0.0
 
 
-def _partition_dirs(log_dir: Path) -> list[tuple[TopicPartition, Path]]:
+_Named = dict[str, tuple[TopicPartition, Path] | None]
+
+
+def _partition_dirs(log_dir: Path, named: dict[Path, _Named]) -> list[tuple[TopicPartition, Path]]:
+    """The partition dirs of ``log_dir``; ``named`` keeps each entry's parse and ``Path``
+    between surveys (a ``Path`` costs more to make than the stat that follows), for the entries
+    the listing found."""
+    before = named.get(log_dir, {})
+    now: _Named = {}
+    found = []
     with os.scandir(log_dir) as entries:
-        found = [
-            (tp, Path(entry.path))
-            for entry in entries
-            if (tp := parse_partition_dir_name(entry.name)) is not None and entry.is_dir()
-        ]
+        for entry in entries:
+            key = entry.name
+            if key in before:
+                one = now[key] = before[key]
+            else:
+                tp = parse_partition_dir_name(key)
+                one = now[key] = None if tp is None else (tp, Path(entry.path))
+            if one is not None and entry.is_dir():
+                found.append(one)
+    named[log_dir] = now
     return sorted(found)
 
 
@@ -87,6 +106,18 @@ class _Settings:
             except Exception as e:  # a bad topic config is that topic's problem alone
                 self._found[topic] = f"topic config: {e}"
         return self._found[topic]
+
+
+def _time_free(settings: TopicSettings) -> bool:
+    """Whether a plan under ``settings`` is the same at any time for the same files: no
+    minimum lag (segments held back by age) and no maximum lag (overdue bytes, delays), and no
+    snapshot files to look at."""
+    cleaner = settings.cleaner
+    return (
+        cleaner.min_compaction_lag_ms <= 0
+        and cleaner.max_compaction_lag_ms >= LONG_MAX
+        and not settings.snapshot.enable
+    )
 
 
 def _survey_one(
@@ -118,8 +149,11 @@ def take_survey(
     cache: MetadataCache,
     now_ms: int,
     epoch: int,
+    previous: Mapping[TopicPartition, PartitionSurvey] | None = None,
 ) -> Survey:
-    """List the log dirs, refresh each partition's metadata and plan the compacted ones."""
+    """List the log dirs, refresh each partition's metadata and plan the compacted ones;
+    ``previous``: the last survey's entries, kept where nothing they say can have changed."""
+    last = previous or {}
     started = time.monotonic()
     settings = _Settings(resolve)
     partitions: dict[TopicPartition, PartitionSurvey] = {}
@@ -128,7 +162,7 @@ def take_survey(
     cache.begin_scan()
     for log_dir in log_dirs:
         try:
-            dirs = _partition_dirs(log_dir)
+            dirs = _partition_dirs(log_dir, cache.dir_names)
         except OSError as e:
             errors.append(f"log dir {log_dir}: cannot list: {e.strerror or e}")
             unlisted.add(log_dir)
@@ -143,6 +177,17 @@ def take_survey(
             found = settings(tp.topic)
             walk = not isinstance(found, str) and found.cleaner.compact
             meta = cache.read(directory, tp, checkpoints, walk=walk)
+            before = last.get(tp)
+            if (
+                before is not None
+                and before.meta is meta  # the cache kept it: same files, same checkpoints
+                and before.settings is found  # resolved once per topic until a reload
+                and before.log_dir == log_dir
+                and not isinstance(found, str)
+                and _time_free(found)
+            ):
+                partitions[tp] = before
+                continue
             partitions[tp] = _survey_one(tp, log_dir, directory, found, meta, now_ms)
     cache.end_scan()
     return Survey(

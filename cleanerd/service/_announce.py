@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 from cleanerd.config import CleanerdConfig, exposure_warning, join_listen
 from cleanerd.scheduling import CleaningState, PartitionStatus
@@ -11,7 +11,7 @@ from cleanerd.service._logging import get_logger
 log = get_logger("cleanerd.daemon")
 
 
-def status_line(statuses: Sequence[PartitionStatus]) -> str:
+def status_line(statuses: Collection[PartitionStatus]) -> str:
     """``12 partitions, 3 to clean, 1 uncleanable; cleaning orders-0`` (``systemctl status``)."""
     busy = [str(s.tp) for s in statuses if s.state is CleaningState.IN_PROGRESS]
     uncleanable = sum(1 for s in statuses if s.uncleanable)
@@ -30,7 +30,7 @@ def log_listening(config: CleanerdConfig) -> None:
 
 
 def log_ready(
-    config: CleanerdConfig, statuses: Sequence[PartitionStatus], http_port: int | None
+    config: CleanerdConfig, statuses: Collection[PartitionStatus], http_port: int | None
 ) -> None:
     """The ``cleanerd ready`` line, and a warning when nothing will ever be compacted."""
     log.info(

@@ -49,7 +49,7 @@ class CleanerSlot:
     def cleaner(
         self, map_bytes: int, settings: TopicSettings, load_factor: float, throttler: Throttler
     ) -> Cleaner:
-        key = (map_bytes, settings.strategy, load_factor, id(throttler))
+        key = (map_bytes, settings.strategy, load_factor, id(throttler), id(self.decompression))
         if self._cleaner is None or key != self._key:
             self._cleaner = None  # let the old map go before the new one is allocated
             self._cleaner = Cleaner(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import os
 import signal
 import ssl
@@ -161,6 +162,7 @@ class Daemon:
         self._previous_handlers: dict[int, SignalHandler] = {}
         self._manager_running = False
         self._manager_crashed = False
+        self._frozen = False  # gc.freeze() at ready
 
     # --- lifecycle ----------------------------------------------------------------------------
     async def run(self) -> int:
@@ -174,7 +176,7 @@ class Daemon:
             if survey is None:
                 return self._stopped_early()
             self.manager.apply(survey)  # the restored pauses apply here, before any grab
-            self.deadlines.surveyed(survey, self.manager.statuses(), self.clock_ms())
+            self.deadlines.surveyed(survey, self.manager.live_statuses(), self.clock_ms())
             self.surveyed = True
             await self._record_pauses_logged()  # a pause of a partition not found goes
             if c.http_host is not None:
@@ -197,6 +199,9 @@ class Daemon:
             for lock in self._locks:
                 lock.unlock()
             self._restore_signals()
+            if self._frozen:  # a process running daemons in turn (the tests) collects again
+                gc.unfreeze()
+                self._frozen = False
 
     @property
     def _timeout_s(self) -> float:
@@ -254,8 +259,13 @@ class Daemon:
         if self.stopping:
             return
         self.ready = True
+        # What the start made (modules, kernels, the first survey) lives as long as the daemon:
+        # out of the collector's reach, a full collection no longer walks it every few surveys
+        # (pauses of hundreds of ms with thousands of partitions, the GIL held)
+        gc.freeze()
+        self._frozen = True
         c = self.loaded.config
-        log_ready(c, self.manager.statuses(), self.http.port if self.http else None)
+        log_ready(c, self.manager.live_statuses(), self.http.port if self.http else None)
         self.notifier.ready(self._status_line())
 
     def _start_workers(self, group: asyncio.TaskGroup) -> None:
@@ -443,7 +453,7 @@ class Daemon:
                 self.pool.survey_started()
             survey = await self.service.submit(self.manager.scan)
             self.manager.apply(survey)
-            self.deadlines.surveyed(survey, self.manager.statuses(), self.clock_ms())
+            self.deadlines.surveyed(survey, self.manager.live_statuses(), self.clock_ms())
             await self._record_pauses_logged()
             changed = await self.maintenance.run()
             self.last_cycle = time.monotonic()
@@ -642,7 +652,7 @@ class Daemon:
         return self._admin(tp, self.manager.request_clean)
 
     def _status_line(self) -> str:
-        return status_line(self.manager.statuses())
+        return status_line(self.manager.live_statuses())
 
 
 def wait_seconds(backoff_s: float, now_ms: int, wake_ms: int | None) -> float:

@@ -8,9 +8,11 @@ burst of HTTP requests never takes a cleaning's thread; asyncio's default pool s
 
 One cleaning of a compressed log also decompresses part of each chunk of pass 1 in a thread of
 ``decompression_pool``: one pool for the whole daemon, shared by the ``log.cleaner.threads``
-cleanings, of ``DECOMPRESSION_THREADS`` threads (``cleanerd-decompress``), so the daemon runs at
-most that many threads besides its cleanings' own. Each holds at most its share of one chunk's
-payloads (``CHUNK_PAYLOADS_FACTOR`` times ``max.decompressed.message.bytes``, split).
+cleanings, of ``decompression_threads`` threads (``cleanerd-decompress``): one when a core is left
+beside the cleanings, none when there are as many cleanings as cores (a third thread on two
+busy cores only takes turns with them, and hands chunks back and forth for nothing). Each holds
+at most its share of one chunk's payloads (``CHUNK_PAYLOADS_FACTOR`` times
+``max.decompressed.message.bytes``, split).
 
 A job runs in a copy of the caller's context, as ``asyncio.to_thread`` does (the codecs'
 decompression limit is a context variable). A thread cannot be interrupted: ``close`` stops
@@ -34,18 +36,22 @@ SERVICE_THREADS = 4
 the manager loop runs one survey or maintenance step at a time."""
 
 
-DECOMPRESSION_THREADS = min(2, os.cpu_count() or 1) - 1
-"""Threads of the daemon's decompression pool: one beside the cleanings when there is a second
-core (with one core a second thread would only take turns), none otherwise."""
+def decompression_threads(cleanings: int, cores: int | None = None) -> int:
+    """Threads of the daemon's decompression pool for ``cleanings`` at once on ``cores``
+    (default: the CPUs this process may run on): one when a core is left beside the cleanings,
+    none otherwise."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return 1 if (cores or 1) > max(cleanings, 1) else 0
 
 
-def decompression_pool() -> concurrent.futures.ThreadPoolExecutor | None:
-    """The pool the daemon's cleaners share for pass 1's decompression, or None (one core)."""
-    if DECOMPRESSION_THREADS < 1:
+def decompression_pool(cleanings: int) -> concurrent.futures.ThreadPoolExecutor | None:
+    """The pool the daemon's ``cleanings`` cleaners share for pass 1's decompression, or None
+    (no core left beside them)."""
+    threads = decompression_threads(cleanings)
+    if threads < 1:
         return None
-    return concurrent.futures.ThreadPoolExecutor(
-        DECOMPRESSION_THREADS, thread_name_prefix="cleanerd-decompress"
-    )
+    return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="cleanerd-decompress")
 
 
 class Blocking(Protocol):

@@ -37,7 +37,13 @@ from cleanerd.service._logging import get_logger
 from cleanerd.service._snapshot_job import run_snapshot
 from cleanerd.service._spark_engine import SparkEngine
 from cleanerd.service._status import WorkerStatus
-from cleanerd.service._threads import Blocking, ThreadPool, decompression_pool, in_default_pool
+from cleanerd.service._threads import (
+    Blocking,
+    ThreadPool,
+    decompression_pool,
+    decompression_threads,
+    in_default_pool,
+)
 from cleanerd.storage import TopicPartition
 
 log = get_logger("cleanerd.worker")
@@ -89,7 +95,9 @@ class WorkerPool:
         self.group = group
         self.service = service
         self.threads = ThreadPool(CLEAN_THREAD_PREFIX, settings.threads)
-        self.decompression = decompression_pool()  # shared by every worker's cleanings
+        # shared by every worker's cleanings; made again when the worker count changes it
+        self.decompression = decompression_pool(settings.threads)
+        self._pool_for = settings.threads  # the worker count the pool was sized for
         self.spark = spark  # big partitions go to Spark (service._spark_engine)
         self.budget = budget
         self.throttler = throttler
@@ -114,6 +122,11 @@ class WorkerPool:
             return
         self.settings.threads = threads
         self.threads.resize(threads)
+        if decompression_threads(threads) != decompression_threads(self._pool_for):
+            # running cleanings keep the old pool until they end (it shuts down once unused:
+            # ThreadPoolExecutor's threads exit when it is collected); the next ones take this
+            self.decompression = decompression_pool(threads)
+            self._pool_for = threads
         for wid in range(threads):
             task = self._tasks.get(wid)
             if task is None or task.done():
@@ -200,6 +213,7 @@ class WorkerPool:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._work.wait(), self.settings.backoff_s)
                 continue
+            slot.decompression = self.decompression  # the pool for the worker count now
             await self._clean(wid, slot, grab)
 
     async def _clean(self, wid: int, slot: CleanerSlot, grab: Grab) -> None:

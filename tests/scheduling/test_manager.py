@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -654,3 +655,31 @@ def test_partition_it_cannot_read_is_a_counted_failure_and_resume_retries_it(
         _refresh(manager)
     assert [f["failures"] for f in _failed_reads(logs)] == [1]
     assert manager.totals.failures == 2
+
+
+def test_a_survey_keeps_an_unchanged_partitions_entry_while_its_plan_is_time_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    later = time.time_ns() + 3600 * 10**9  # every dir settled: unchanged ones are not listed
+    monkeypatch.setattr(time, "time_ns", lambda: later)
+    kafka_defaults = TopicSettings.from_kafka({"cleanup.policy": "compact"})
+    _log(tmp_path, "a", [OLD, OLD])
+    _log(tmp_path, "b", [OLD, OLD])  # with max.compaction.lag.ms: its plan moves with time
+    resolve = {"a": kafka_defaults, "b": _settings("b")}
+    clock = Clock()
+    manager = CleanerManager([tmp_path], resolve.__getitem__, budget_bytes=BUDGET, clock_ms=clock)
+    first = manager.scan().partitions
+    clock.now += 60_000
+    second = manager.scan().partitions
+    a, b = TopicPartition("a", 0), TopicPartition("b", 0)
+    assert second[a] is first[a]  # nothing planned again
+    assert second[b] is not first[b]
+    assert second[b].meta is first[b].meta  # the files were not read again
+    before, after = first[b].plan, second[b].plan
+    assert before is not None
+    assert after is not None
+    assert after.compaction_delay_ms == before.compaction_delay_ms + 60_000
+    resolve["a"] = TopicSettings.from_kafka({"cleanup.policy": "compact"})  # a reload
+    third = manager.scan().partitions
+    assert third[a] is not second[a]
+    assert third[a].plan == second[a].plan

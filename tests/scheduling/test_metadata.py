@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -285,3 +286,101 @@ def test_torn_tail_left_in_a_rolled_segment_is_an_error(tmp_path: Path) -> None:
     meta = _read(cache, tmp_path)
     assert meta.error is not None
     assert active.name in meta.error
+
+
+# --- listings: a dir that did not change is not listed again ------------------------------------
+
+
+@pytest.fixture
+def settled_dirs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scans an hour after now: every dir's last change is older than ``RACY_NS``, so an
+    unchanged stamp is trusted."""
+    later = time.time_ns() + 3600 * 10**9
+    monkeypatch.setattr(time, "time_ns", lambda: later)
+
+
+@pytest.mark.usefixtures("settled_dirs")
+def test_unchanged_dir_is_not_listed_again_and_keeps_its_meta(tmp_path: Path) -> None:
+    _log(tmp_path)
+    cache = MetadataCache()
+    first = _read(cache, tmp_path)
+    assert (cache.listings, cache.walks) == (1, 4)
+    second = _read(cache, tmp_path)
+    assert (cache.listings, cache.walks) == (1, 4)
+    assert second is first  # nothing re-parsed, nothing made
+
+
+@pytest.mark.usefixtures("settled_dirs")
+def test_append_to_the_active_segment_is_seen_without_a_listing(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    _read(cache, tmp_path)
+    log.append(_records(3, T0 + 20_000))
+    meta = _read(cache, tmp_path)
+    assert cache.listings == 1
+    assert cache.walks == 5  # the active segment, from where it stopped
+    assert meta.segment_records == (4, 4, 4, 5)
+    _same_as_opening(meta, log)
+
+
+@pytest.mark.usefixtures("settled_dirs")
+def test_roll_and_swap_change_the_dir_and_are_listed(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    before = _read(cache, tmp_path)
+    log.roll()
+    log.append(_records(1, T0 + 20_000))
+    rolled = _read(cache, tmp_path)
+    assert cache.listings == 2
+    assert rolled.log is not None
+    assert len(rolled.log.segments) == 5
+    assert rolled.fingerprint != before.fingerprint
+    _same_as_opening(rolled, log)
+    first = log.segments[0].log_path  # a swap: a new file renamed over the first segment
+    data = first.read_bytes()
+    replacement = first.with_name(first.name + ".swap")
+    replacement.write_bytes(data[: _batch_end(data, 2)])
+    os.replace(replacement, first)
+    swapped = _read(cache, tmp_path)
+    assert cache.listings == 3
+    assert swapped.segment_records[0] == 2
+
+
+@pytest.mark.usefixtures("settled_dirs")
+def test_checkpoint_entry_change_makes_a_new_meta(tmp_path: Path) -> None:
+    _log(tmp_path)
+    cache = MetadataCache()
+    before = _read(cache, tmp_path)
+    assert before.log is not None
+    assert before.log.checkpoint is None
+    write_offset_checkpoint(tmp_path / CLEANER_OFFSET_CHECKPOINT, {TP: 8})
+    after = _read(cache, tmp_path)
+    assert cache.listings == 1
+    assert after.log is not None
+    assert after.log.checkpoint == 8
+
+
+def test_dir_changed_just_before_a_scan_is_listed_again(tmp_path: Path) -> None:
+    # the dir was made just now: a change within its timestamp's tick could follow unseen
+    _log(tmp_path)
+    cache = MetadataCache()
+    _read(cache, tmp_path)
+    _read(cache, tmp_path)
+    assert cache.listings == 2
+    assert cache.walks == 4  # listed, but the unchanged segments keep their walks
+
+
+@pytest.mark.usefixtures("settled_dirs")
+def test_a_partition_that_failed_is_listed_again_and_its_repair_seen(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    path = log.segments[1].log_path
+    good = path.read_bytes()
+    bad = bytearray(good)
+    bad[16] = 9  # magic byte of the first batch: an in-place change, the dir unchanged
+    path.write_bytes(bytes(bad))
+    cache = MetadataCache()
+    assert _read(cache, tmp_path).error is not None
+    path.write_bytes(good)  # repaired in place
+    meta = _read(cache, tmp_path)
+    assert cache.listings == 2
+    assert meta.error is None

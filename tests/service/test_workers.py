@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from cleanerd.compaction import Throttler
 from cleanerd.scheduling import CleanerManager, Grab
 from cleanerd.service import _clean_job as clean_job, _workers as workers
 from cleanerd.service._budget import DedupeBudget
+from cleanerd.service._threads import decompression_threads
 from cleanerd.service._workers import PoolSettings, WorkerPool
 from cleanerd.storage import TopicPartition
 from tests.support.polling import until
@@ -294,3 +296,34 @@ async def test_a_requested_clean_with_nothing_dirty_says_so(tmp_path: Path) -> N
     assert [e["event"] for e in events] == ["nothing to clean"], events
     assert events[0]["requested"] is True
     assert events[0]["first_dirty_offset"] == events[0]["end_offset"]
+
+
+def test_decompression_threads_leave_the_cores_to_the_cleanings() -> None:
+    assert decompression_threads(1, cores=2) == 1  # the second core helps the one cleaning
+    assert decompression_threads(2, cores=2) == 0  # both busy: a third thread only takes turns
+    assert decompression_threads(2, cores=8) == 1
+    assert decompression_threads(1, cores=1) == 0
+
+
+@pytest.mark.asyncio
+async def test_the_decompression_pool_follows_the_worker_count(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    for topic in ("a", "b", "c"):
+        _log(tmp_path, topic, [OLD, OLD, RECENT])
+    manager = CleanerManager([tmp_path], _settings, budget_bytes=BUDGET, clock_ms=Clock())
+    cleaned: list[TopicPartition] = []
+    async with asyncio.TaskGroup() as group:
+        pool, _ = _pool(manager, cleaned, group)
+        try:
+            assert pool.decompression is not None  # one worker on two cores
+            pool.resize(2)
+            assert pool.decompression is None
+            manager.apply(manager.scan())
+            pool.wake()
+            await until(lambda: len(cleaned) == 3)  # cleaned without a pool
+            pool.resize(1)
+            assert pool.decompression is not None
+        finally:
+            assert await pool.stop(10.0)
