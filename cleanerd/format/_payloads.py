@@ -29,7 +29,6 @@ from cleanerd.format._codecs import (
 )
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_CODEC_MASK
-from cleanerd.format._lz4 import LZ4_CODEC, lay_out_lz4
 from cleanerd.format._scan import I64, U8
 
 __all__ = ["CHUNK_PAYLOADS_FACTOR", "REUSED_BUFFER_MAX", "Payloads", "batch_payload", "lay_out"]
@@ -102,20 +101,16 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
     dst = buf.data
     q = 0
     i = 0
-    counts = np.ascontiguousarray(batches[:, k.B_COUNT])
-    # lz4 frames as Kafka writes them decode in a kernel, without the GIL; the batches it leaves
-    # (another codec, no room, anything the library must decide: see ``_lz4``) are done here
-    fast = bool((codecs == LZ4_CODEC).any())
-    los, his, cs, nums = starts.tolist(), ends.tolist(), codecs.tolist(), counts.tolist()
     try:
-        while i < n:
-            if fast:
-                i, q = lay_out_lz4(
-                    arr, starts, ends, codecs, counts, buf, out_ends, i, q, limit, cap
-                )
-                if i >= n:
-                    break
-            lo, hi, c, count = los[i], his[i], cs[i], nums[i]
+        for i, (lo, hi, c, count) in enumerate(
+            zip(
+                starts.tolist(),
+                ends.tolist(),
+                codecs.tolist(),
+                batches[:, k.B_COUNT].tolist(),
+                strict=True,
+            )
+        ):
             if c == 0:
                 part: bytes | memoryview = mv[lo:hi]
             elif count == 0:
@@ -140,7 +135,6 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
             dst[q : q + size] = part
             q += size
             out_ends[i] = q
-            i += 1
     except (*DECOMPRESS_ERRORS, IndexError) as e:
         laid = buf if reuse else buf[:q]
         why = e if isinstance(e, CorruptRecordError) else _why(arr, batches[i])
