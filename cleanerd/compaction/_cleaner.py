@@ -159,8 +159,14 @@ class Cleaner:
         Tombstones in batches reaching ``keep_tombstones_from`` are kept past their delete
         horizon; by default that is the oldest KIP-630 snapshot's end, when the partition has
         snapshots: a reader starting from it needs every later tombstone to replay. Every batch
-        is decompressed within the topic's ``max.decompressed.message.bytes``."""
-        with limit_decompression(log.config.max_decompressed_message_bytes):
+        is decompressed within the topic's ``max.decompressed.message.bytes``. A log whose
+        segments up to the plan's end are small enough keeps their pages mapped through both
+        passes (storage's ``pages_kept``): faulted in once, not once a pass."""
+        reads = segments_between(list(log.segments)[:-1], -1, plan.first_uncleanable_offset)
+        with (
+            limit_decompression(log.config.max_decompressed_message_bytes),
+            pages_kept(sum(s.size for s in reads)),
+        ):
             return self._clean(
                 log, plan, config, strategy, now_ms, abort_check, keep_tombstones_from
             )
@@ -197,42 +203,10 @@ class Cleaner:
         prechecked = frozenset() if plan.checks is None else log.claim_checked_segments(plan.checks)
         segments = list(log.segments)
         cleanable = segments[:-1]  # never the active segment
+        dirty = segments_between(cleanable, start, upper)
         cache = None if strategy.versioned else self._record_cache()
         if self._touched is None or self._touched.shape[0] * 64 < self.map.slots:
             self._touched = touched_bitmap(self.map)
-        # both passes read at most the segments up to the plan's end: a small log's pages are
-        # faulted in once, not once a pass (storage's ``pages_kept``)
-        reads = sum(s.size for s in segments_between(cleanable, -1, upper))
-        with pages_kept(reads):
-            end = self._passes(
-                log, plan, config, strategy, now_ms, keep_tombstones_from, stats, on_chunk,
-                prechecked, segments, cache,
-            )  # fmt: skip
-        update_offset_checkpoint(
-            log.directory.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: end}
-        )
-        stats.all_done()
-        return CleanResult(end, stats)
-
-    def _passes(
-        self,
-        log: PartitionLog,
-        plan: CleaningPlan,
-        config: TopicCleanerConfig,
-        strategy: StrategyConfig,
-        now_ms: int,
-        keep_tombstones_from: int,
-        stats: CleanerStats,
-        on_chunk: Callable[[int], None],
-        prechecked: frozenset[int],
-        segments: list[LogSegment],
-        cache: RecordCache | None,
-    ) -> int:
-        """Pass 1 (the map), the check of what pass 2 reads, pass 2 and the swaps; the end."""
-        start = plan.first_dirty_offset
-        upper = plan.first_uncleanable_offset
-        cleanable = segments[:-1]
-        dirty = segments_between(cleanable, start, upper)
         build = build_offset_map(
             dirty,
             segments,
@@ -277,7 +251,11 @@ class Cleaner:
         )
         for group in groups:
             self._clean_group(log, group, ctx, meta, stats, on_chunk, cache)
-        return end
+        update_offset_checkpoint(
+            log.directory.parent / CLEANER_OFFSET_CHECKPOINT, {log.topic_partition: end}
+        )
+        stats.all_done()
+        return CleanResult(end, stats)
 
     def clean_segments(
         self,
