@@ -91,6 +91,18 @@ def test_release_ignores_arrays_that_map_no_file() -> None:
     assert int(arr.sum()) == arr.size
 
 
+def _rolled_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, resident: int) -> PartitionLog:
+    """A log of one 2.4 MB segment, rolled, read in 64 KiB chunks with ``resident`` as the most
+    a cleaning keeps mapped."""
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(chunks_mod, "RESIDENT_LOG_BYTES", resident)
+    log = PartitionLog.create(tmp_path / "t-0", LogConfig())
+    for i in range(300):
+        log.append([Record(0, 0, b"k%d" % (i % 7), bytes(8000))])
+    log.roll()
+    return log
+
+
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
 def test_planning_leaves_about_one_chunk_of_the_segment_resident(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -98,12 +110,7 @@ def test_planning_leaves_about_one_chunk_of_the_segment_resident(
     """The plan's producer-state walk goes through the segment's kept map (the clean reuses
     it) a chunk at a time: the pages behind it are released, so planning a log larger than
     ``RESIDENT_LOG_BYTES`` does not leave it resident."""
-    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 64 << 10)
-    monkeypatch.setattr(chunks_mod, "RESIDENT_LOG_BYTES", 1 << 20)
-    log = PartitionLog.create(tmp_path / "t-0", LogConfig())
-    for i in range(300):
-        log.append([Record(0, 0, b"k%d" % (i % 7), bytes(8000))])
-    log.roll()
+    log = _rolled_log(tmp_path, monkeypatch, resident=1 << 20)
     LogMeta.from_log(log, cleaner_checkpoint(log))
     segment = log.segments[0]
     kept = segment.view()
@@ -119,12 +126,7 @@ def test_a_small_log_stays_mapped_from_the_plan_through_the_clean(
     """A log within ``RESIDENT_LOG_BYTES``: the plan leaves its pages mapped for the passes to
     read without faulting them in again, and once the clean swapped the segment out, its map
     (and every page of it) is gone."""
-    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 64 << 10)
-    monkeypatch.setattr(chunks_mod, "RESIDENT_LOG_BYTES", 8 << 20)
-    log = PartitionLog.create(tmp_path / "t-0", LogConfig())
-    for i in range(300):
-        log.append([Record(0, 0, b"k%d" % (i % 7), bytes(8000))])
-    log.roll()
+    log = _rolled_log(tmp_path, monkeypatch, resident=8 << 20)
     _, plan = plan_log(log, TopicCleanerConfig(), 0)
     segment = log.segments[0]
     kept = segment.view()
