@@ -61,7 +61,8 @@ import numpy as np
 F = TypeVar("F", bound=Callable[..., Any])
 
 LIGHT_DIR = "cleanerd-kernels"
-"""The dir, in numba's cache dir (``NUMBA_CACHE_DIR``), of the kept copies: one file a kernel."""
+"""The dir, in numba's cache dir (``NUMBA_CACHE_DIR``, else the ``__pycache__`` beside each
+kernel's source, numba's own choice), of the kept copies: one file a kernel."""
 _FORMAT = 1
 # numba settings that change the machine code or how it runs: with any set, numba decides
 _NUMBA_SETTINGS = ("NUMBA_DISABLE_JIT", "NUMBA_CPU_NAME", "NUMBA_CPU_FEATURES", "NUMBA_NRT_STATS")
@@ -373,11 +374,16 @@ def _LightCache(func: Callable[..., Any]) -> Any:  # noqa: N802 (a class made on
 
 
 def _kept_path(func: Callable[..., Any]) -> Path | None:
-    cache = os.environ.get("NUMBA_CACHE_DIR")
-    if not cache or any(os.environ.get(s) for s in _NUMBA_SETTINGS) or not _LIGHT_PLATFORM:
+    if any(os.environ.get(s) for s in _NUMBA_SETTINGS) or not _LIGHT_PLATFORM:
         return None
+    source = func.__code__.co_filename
+    # numba's own choice when no dir is set (``cleanerd._jitcache`` sets one unless the package
+    # is writable): the ``__pycache__`` beside the source
+    cache = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.path.dirname(source), "__pycache__"
+    )
     # the source file's path too, as numba's cache dirs: two installs may share a cache dir
-    where = hashlib.sha256(os.fsencode(func.__code__.co_filename)).hexdigest()[:16]
+    where = hashlib.sha256(os.fsencode(source)).hexdigest()[:16]
     return Path(cache) / LIGHT_DIR / f"{func.__module__}.{func.__qualname__}-{where}.pickle"
 
 

@@ -99,9 +99,11 @@ _EXPECTED = {
 }
 
 
-def _run(work: Path, script: str = _RUN) -> dict[str, Any]:
+def _run(work: Path, script: str = _RUN, *, cache_dir: bool = True) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "PYTHON"))}
-    env |= {"NUMBA_CACHE_DIR": str(work / "cache"), "PYTHONPATH": f"{REPO}{os.pathsep}{work}"}
+    env |= {"PYTHONPATH": f"{REPO}{os.pathsep}{work}"}
+    if cache_dir:  # else numba's own choice: the __pycache__ beside the source
+        env["NUMBA_CACHE_DIR"] = str(work / "cache")
     done = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
     )
@@ -215,3 +217,19 @@ def test_the_compile_clock_counts_a_compile_that_brings_numba_in(work: Path) -> 
     clocked = _run(work, f"import json, sys\nimport numpy as np\nRUN = {run!r}\n" + _CLOCKED)
     assert clocked["numba_after_kept"] is False
     assert [name.split("(")[0] for name in clocked["compiled"]] == ["kmod.add_into"]
+
+
+@pytest.mark.slow
+def test_without_a_cache_dir_the_copies_are_kept_beside_numbas_in_tree_cache(
+    tmp_path: Path,
+) -> None:
+    """A writable install (a venv of the user's own): cleanerd sets no ``NUMBA_CACHE_DIR`` and
+    numba caches in the ``__pycache__`` beside each source; the kept copies go there too, and
+    the next run needs no numba."""
+    (tmp_path / "kmod.py").write_text(_MODULE)
+    first = _run(tmp_path, cache_dir=False)
+    assert first["numba_after_kept"]
+    assert list((tmp_path / "__pycache__" / LIGHT_DIR).glob("kmod.add_into-*.pickle"))
+    second = _run(tmp_path, cache_dir=False)
+    assert second["light"] == {"add_into": 2, "doubled": 1}
+    assert second["numba_after_kept"] is False
