@@ -7,8 +7,9 @@ its compiler cost more than the rest of a short command (``cleanerd verify``: nu
 though a kernel loaded as machine code needs neither. So a kernel is loaded in one of three ways:
 
 - **without numba**: ``kernel`` returns a :class:`Kernel`, which makes no numba object until
-  one is needed. Whenever numba caches a kernel's signature (compiled, or loaded by numba), a
-  copy of what running it needs is kept next to numba's cache (``LIGHT_DIR``): the machine code
+  one is needed. Whenever numba compiles a kernel's signature (or, in ``cleanerd warmup``,
+  loads one from its cache; other commands never write a cache they only read), a copy of what
+  running it needs is kept next to numba's cache (``LIGHT_DIR``): the machine code
   numba cached, the name of its Python entry point and the constants of its environments. A
   later process loads that machine code with llvmlite and numba's C runtime (``_helperlib``,
   ``_dynfunc``, ``_nrt_python``: C extensions, imported without the numba package) and calls
@@ -82,6 +83,7 @@ _KERNELS: list[Kernel[Any]] = []
 _ON_NUMBA: list[Callable[[], None]] = []  # ``when_numba``'s callbacks, not yet run
 _INTRINSICS: list[Intrinsic] = []
 _numba_in_use = False
+_keep_loads = False  # ``use_numba(keep_loaded=True)``: signatures numba loads are kept too
 
 
 class Intrinsic:
@@ -235,9 +237,13 @@ def kernel(
 # --- numba in use: every kernel is numba's dispatcher where modules name it ---------------------
 
 
-def use_numba() -> None:
-    """From now on every kernel runs through numba (``cleanerd warmup``: it fills numba's cache,
-    and the kept copies as numba compiles or loads each signature)."""
+def use_numba(*, keep_loaded: bool = False) -> None:
+    """From now on every kernel runs through numba. A signature numba compiles is kept (its
+    cache changes anyway); one it only loads from its cache is kept with ``keep_loaded``
+    (``cleanerd warmup``, which fills the cache): other commands never write a cache they only
+    read (a read-only volume, a cache an image was built with)."""
+    global _keep_loads  # noqa: PLW0603 (once a process: warmup)
+    _keep_loads = _keep_loads or keep_loaded
     _use_numba()
 
 
@@ -318,7 +324,8 @@ def _light_cache_class() -> type:
 
     class LightCache(FunctionCache):
         """numba's per-kernel cache, minus the compiler's set-up before a load; it keeps a copy
-        of each signature it saves or loads for :class:`Kernel`'s numba-free load."""
+        of each signature it saves (and, in warmup, loads) for :class:`Kernel`'s numba-free
+        load."""
 
         def load_overload(self, sig: Any, target_context: Any) -> Any:
             internals = _light_internals(self)
@@ -332,7 +339,8 @@ def _light_cache_class() -> type:
                 data = cache_file.load(index_key(sig, target_context.codegen()))
                 if data is None:
                     return None
-                _keep(self._py_func, data)
+                if _keep_loads:
+                    _keep(self._py_func, data)
                 return rebuild(target_context, data)
 
         def save_overload(self, sig: Any, data: Any) -> None:

@@ -116,7 +116,7 @@ def warm(workdir: Path, say: Callable[[str], None] = lambda _: None) -> WarmupRe
     Every kernel runs through numba here (``use_numba``): what is cached is numba's own cache,
     and each signature numba compiles or loads also keeps the copy later commands load without
     numba (``cleanerd._kernel``)."""
-    use_numba()
+    use_numba(keep_loaded=True)
     started = time.perf_counter()
     runs: list[str] = []
     log_config = LogConfig(compact=True)

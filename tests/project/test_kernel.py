@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -233,3 +234,17 @@ def test_without_a_cache_dir_the_copies_are_kept_beside_numbas_in_tree_cache(
     second = _run(tmp_path, cache_dir=False)
     assert second["light"] == {"add_into": 2, "doubled": 1}
     assert second["numba_after_kept"] is False
+
+
+@pytest.mark.slow
+def test_a_signature_numba_only_loads_is_kept_by_warmup_alone(work: Path) -> None:
+    """A command that finds a signature in numba's cache but not among the kept copies writes
+    nothing (its cache may be a read-only volume, or an image's); warmup keeps it."""
+    kept_dir = work / "cache" / LIGHT_DIR
+    shutil.rmtree(kept_dir)
+    again = _run(work)  # every signature loaded by numba from its cache, none compiled
+    assert again["numba_after_kept"]
+    assert not kept_dir.exists()
+    warm = _run(work, "import cleanerd._kernel as k\nk.use_numba(keep_loaded=True)\n" + _RUN)
+    assert warm["light"] == {"add_into": 0, "doubled": 0}
+    assert _run(work)["numba_after_kept"] is False  # kept by the warmup-like run
