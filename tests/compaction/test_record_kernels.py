@@ -157,3 +157,23 @@ def test_mark_winners_flags_the_records_whose_offset_won(records: int, winners: 
     assert marked == int(expected.sum()) == np.unique(held).size
     assert np.array_equal((flags & FLAG_WINNER) != 0, expected)
     assert np.array_equal(flags & ~np.uint8(FLAG_WINNER), before)
+
+
+def test_pass_1_room_is_kept_between_chunks_only_up_to_its_bound() -> None:
+    """An honest chunk's room stays with the cleaner; one of a chunk of tiny records past
+    ``MAX_KEPT_SCRATCH_BYTES`` goes with that chunk."""
+    from cleanerd.compaction._offset_map._record_cache import (  # noqa: PLC0415
+        MAX_KEPT_SCRATCH_BYTES,
+        SCRATCH_ROW_BYTES,
+        RecordCache,
+    )
+
+    cache = RecordCache(1 << 20)
+    small = cache.scratch(1000)
+    assert [a.shape[0] for a in small] == [1000] * 3
+    assert np.shares_memory(cache.scratch(500)[1], small[1])  # kept
+    rows = MAX_KEPT_SCRATCH_BYTES // SCRATCH_ROW_BYTES + 1
+    big = cache.scratch(rows)
+    assert [a.shape[0] for a in big] == [rows] * 3
+    assert not np.shares_memory(cache.scratch(500)[1], big[1])  # not kept
+    assert np.shares_memory(cache.scratch(500)[1], small[1])

@@ -62,6 +62,12 @@ def _anonymous(nbytes: int, dtype: type[np.generic]) -> Arr:
     return np.frombuffer(region, dtype=dtype)[: nbytes // np.dtype(dtype).itemsize]
 
 
+SCRATCH_ROW_BYTES = 16 + 8 + 1  # pass 1's room per record of a chunk: hash, offset, flags
+MAX_KEPT_SCRATCH_BYTES = 64 << 20
+"""``scratch`` keeps its room from one chunk (and clean) to the next up to this size; an honest
+4 MiB chunk needs about 1 MiB."""
+
+
 @dataclass
 class _Segment:
     chunks: list[tuple[I64, I64]] = field(default_factory=list)  # (batches, first record)
@@ -130,11 +136,16 @@ class RecordCache:
         chunk to the next (and one clean to the next), so its pages are faulted in once."""
         if self._scratch[1].shape[0] < n:
             size = max(n, 2 * self._scratch[1].shape[0])
-            self._scratch = (
+            room = (
                 np.empty((size, 2), dtype=np.uint64),
                 np.empty(size, dtype=np.int64),
                 np.empty(size, dtype=np.uint8),
             )
+            if size * SCRATCH_ROW_BYTES > MAX_KEPT_SCRATCH_BYTES:
+                # a chunk of tiny records (within the decompression bound, still many rows):
+                # its room goes with the chunk instead of staying with the cleaner
+                return room[0][:n], room[1][:n], room[2][:n]
+            self._scratch = room
         hashes, offsets, flags = self._scratch
         return hashes[:n], offsets[:n], flags[:n]
 
