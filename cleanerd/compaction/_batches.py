@@ -111,9 +111,9 @@ def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | N
     pass 1 read whole (and checked) comes from ``cache`` instead (a ``SegmentFold``).
 
     As ``producer_state.fold_segment``: every batch is checked (CRC, lengths, rising offsets)
-    and a corrupt one raises, naming it; only a batch cut short by the end of the file (a
-    writer's append in flight) ends the walk quietly. True when this walk checked the whole
-    segment itself (not from the cache, not cut short)."""
+    and a damaged one raises, naming it, a batch cut short by the end of the file included
+    (``take_snapshot`` forgives that in the active segment). True when this walk checked the
+    whole segment itself (not from the cache)."""
     arr, path = seg.view(), str(seg.log_path)
     cached = cache.chunks(id(seg)) if cache is not None else None
     chunks: Iterable[I64] = (
@@ -121,13 +121,8 @@ def fold_producers(seg: LogSegment, state: ProducerState, cache: RecordCache | N
         if cached is not None
         else iter_chunks(arr, path=path, prev_last_offset=seg.base_offset - 1)
     )
-    try:
-        for batches in chunks:
-            state.apply(arr, batches, path)
-    except CorruptRecordError as exc:
-        if not exc.is_truncation:
-            raise
-        return False
+    for batches in chunks:
+        state.apply(arr, batches, path)
     return cached is None
 
 

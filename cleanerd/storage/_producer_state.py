@@ -23,6 +23,7 @@ from cleanerd.format import (
     U8,
     BatchScan,
     ControlType,
+    CorruptRecordError,
     EndTransactionMarker,
     RecordBatch,
     kernels as k,
@@ -143,8 +144,11 @@ def scan_producer_state(scans: Iterable[tuple[U8, I64, str | None]]) -> Producer
 
 SegmentFold = Callable[[LogSegment, ProducerState], bool]
 """Folds one segment's batches, in offset order, into a producer state; True when it checked
-every batch of the segment itself (CRC included) to the end of its file. Every fold gives the
-same state (they differ only in how they map and walk), so a snapshot serves them all."""
+every batch of the segment itself (CRC included) to the end of its file. Damage, a batch cut
+short by the end of the file included, raises ``CorruptRecordError`` after the batches before
+it are folded: whether a cut is a writer's append in flight is for ``take_snapshot`` to say.
+Every fold gives the same state (they differ only in how they map and walk), so a snapshot
+serves them all."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +176,12 @@ def take_snapshot(
     segments: Sequence[LogSegment], fold: SegmentFold, previous: ProducerSnapshot | None = None
 ) -> ProducerSnapshot:
     """The producer state of ``segments`` (oldest first), reusing ``previous`` where it still
-    holds: whole when nothing changed, all but the active segment when only that one did."""
+    holds: whole when nothing changed, all but the active segment when only that one did.
+
+    Only the active (last) segment may end inside a batch: there a writer's append is in
+    flight and the walk stops before it. A segment below it is closed, so a batch cut short
+    there is damage and raises, naming the file and position, as Kafka's recovery of a closed
+    segment would find it (and the daemon's survey says, ``settled``)."""
     segs = tuple(segments)
     keys = tuple(s.file_key() for s in segs)  # before the walk: a change during it shows later
     if previous is not None and previous._same(segs, keys, len(segs)):
@@ -186,8 +195,12 @@ def take_snapshot(
             if key[1] and fold(seg, prefix):  # an empty file has no batches to fold
                 checked.append(i)
     state = prefix.copy()
-    if segs and keys[-1][1] and fold(segs[-1], state):
-        checked.append(len(segs) - 1)
+    try:
+        if segs and keys[-1][1] and fold(segs[-1], state):
+            checked.append(len(segs) - 1)
+    except CorruptRecordError as exc:
+        if not exc.is_truncation:
+            raise
     return ProducerSnapshot(segs, keys, prefix, state, tuple(checked))
 
 
@@ -196,10 +209,11 @@ def fold_segment(seg: LogSegment, state: ProducerState) -> bool:
     stay in a long-lived log's map). Every batch is checked (CRC, lengths, offsets rising from
     the base offset): a corrupt one raises ``CorruptRecordError`` naming it, since a producer
     id or an offset taken from it would decide the LSO and the aborted set. Only a batch cut
-    short by the end of the file ends the walk quietly (a writer's append in flight)."""
+    short by the end of the file raises too, after the batches before it are folded
+    (``take_snapshot`` forgives it in the active segment)."""
     arr = seg.view(keep=False)
     scan = seg.scan(view=arr)
     state.apply(arr, scan.batches, str(seg.log_path))
-    if scan.error is not None and not scan.error.is_truncation:
+    if scan.error is not None:
         raise scan.error
-    return scan.error is None
+    return True

@@ -23,7 +23,7 @@ from click.testing import Result
 
 from cleanerd.cli._compact import _print_table
 from cleanerd.compaction import CompactionProgress, cleaner_checkpoint, compact_partition
-from cleanerd.format import kernels as k
+from cleanerd.format import Record, kernels as k
 from cleanerd.inspect import verify_path
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import StrategyConfig, TopicCleanerConfig
@@ -281,6 +281,40 @@ def test_a_corrupt_segment_leaves_its_partition_as_it_was(tmp_path: Path) -> Non
     assert "CRC" in failed["error"].upper()
     assert done["partition"] == "demo-1"
     assert done["records_out"] < done["records_in"]
+
+
+def test_a_closed_segment_cut_inside_a_batch_is_refused_with_nothing_cleanable(
+    tmp_path: Path,
+) -> None:
+    """A transaction open from offset 0 whose ABORT marker is cut off, in a segment below the
+    active one: the LSO is 0, so nothing is cleanable, and the cut is still damage (a closed
+    segment has no append in flight). It is refused, not a quiet exit 0 (the fuzz oracle)."""
+    part = tmp_path / "t-0"
+    log = PartitionLog.create(part)
+    for i, value in enumerate((b"v", b"w")):
+        if i:
+            log.roll()
+        log.append(
+            [Record(0, 1_000 + i, b"k", value)],
+            producer_id=9,
+            producer_epoch=0,
+            base_sequence=i,
+            transactional=True,
+        )
+    log.append_marker(
+        commit=False, producer_id=9, producer_epoch=0, timestamp=1_002, coordinator_epoch=0
+    )
+    closed = log.active_segment.log_path
+    marker_at = int(log.active_segment.scan().batches[-1, k.B_POS])
+    log.roll()
+    log.close()
+    closed.write_bytes(closed.read_bytes()[: marker_at + 20])
+    before = tree_hash(part)
+    result = run("compact", part, "--now", NOW, "--delete-retention-ms", "0")
+    assert result.exit_code == 1, result.output
+    assert f"{closed} at byte {marker_at}" in result.stderr
+    assert "partition left as it was" in result.stderr
+    assert tree_hash(part) == before
 
 
 # --- choosing partitions and settings ---------------------------------------------------------

@@ -262,6 +262,39 @@ def test_producer_state_and_last_stable_offset(tmp_path: Path) -> None:
     assert state.producers[9].coordinator_epoch == 4
 
 
+def test_only_the_active_segment_may_end_inside_a_batch(tmp_path: Path) -> None:
+    """The producer-state walk stops quietly before a cut batch at the end of the active
+    segment (a writer's append in flight); in a closed segment the same cut is damage, named."""
+
+    def txn_then_cut(directory: Path, *, roll: bool) -> tuple[Path, int]:
+        log = PartitionLog.create(directory)
+        log.append([_rec(0)], producer_id=9, producer_epoch=0, base_sequence=0, transactional=True)
+        log.append_marker(
+            commit=True, producer_id=9, producer_epoch=0, timestamp=5, coordinator_epoch=0
+        )
+        seg = log.active_segment
+        marker_at = int(seg.scan().batches[-1, 0])
+        if roll:
+            log.roll()
+            log.append([_rec(2)])
+        log.close()
+        seg.log_path.write_bytes(seg.log_path.read_bytes()[: marker_at + 20])
+        return seg.log_path, marker_at
+
+    txn_then_cut(tmp_path / "active-0", roll=False)
+    active = PartitionLog(tmp_path / "active-0")
+    assert active.last_stable_offset() == 0  # the COMMIT is not there yet: open from 0
+    active.close()
+
+    cut, marker_at = txn_then_cut(tmp_path / "closed-0", roll=True)
+    closed = PartitionLog(tmp_path / "closed-0")
+    with pytest.raises(CorruptRecordError) as caught:
+        closed.last_stable_offset()
+    assert caught.value.path == str(cut)
+    assert caught.value.position == marker_at
+    closed.close()
+
+
 def test_concurrent_appends_under_the_writer_lock(tmp_path: Path) -> None:
     log = PartitionLog.create(tmp_path / "t-0", LogConfig(segment_bytes=1000))
 
