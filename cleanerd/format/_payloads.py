@@ -29,6 +29,7 @@ from cleanerd.format._codecs import (
 )
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_CODEC_MASK
+from cleanerd.format._native_lay_out import decoders, lay_out_native, zstd_context
 from cleanerd.format._scan import I64, U8
 
 __all__ = ["CHUNK_PAYLOADS_FACTOR", "REUSED_BUFFER_MAX", "Payloads", "batch_payload", "lay_out"]
@@ -101,16 +102,38 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
     dst = buf.data
     q = 0
     i = 0
+    counts = np.ascontiguousarray(batches[:, k.B_COUNT])
+    # lz4 and zstd decode in a kernel, without the GIL, through their libraries' C decoders; the
+    # batches it leaves (another codec, no room, anything the binding must decide: see
+    # ``_native_lay_out``) are done here, one at a time, before it goes on from the next
+    found = decoders()
+    native = found.codecs()
+    fast = bool(native) and any(c in native for c in np.unique(codecs).tolist())
+    addresses = np.array(found.addresses, dtype=np.int64)
+    zstd = zstd_context()
+    los, his, cs, nums = starts.tolist(), ends.tolist(), codecs.tolist(), counts.tolist()
     try:
-        for i, (lo, hi, c, count) in enumerate(
-            zip(
-                starts.tolist(),
-                ends.tolist(),
-                codecs.tolist(),
-                batches[:, k.B_COUNT].tolist(),
-                strict=True,
-            )
-        ):
+        while i < n:
+            if fast:
+                i, q = lay_out_native(
+                    arr,
+                    starts,
+                    ends,
+                    codecs,
+                    counts,
+                    buf,
+                    out_ends,
+                    i,
+                    q,
+                    limit,
+                    cap,
+                    addresses,
+                    zstd.address,
+                    zstd.buffers,
+                )
+                if i >= n:
+                    break
+            lo, hi, c, count = los[i], his[i], cs[i], nums[i]
             if c == 0:
                 part: bytes | memoryview = mv[lo:hi]
             elif count == 0:
@@ -135,6 +158,7 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
             dst[q : q + size] = part
             q += size
             out_ends[i] = q
+            i += 1
     except (*DECOMPRESS_ERRORS, IndexError) as e:
         laid = buf if reuse else buf[:q]
         why = e if isinstance(e, CorruptRecordError) else _why(arr, batches[i])
