@@ -141,7 +141,9 @@ def _ms(wall: dict[str, float], cpu: dict[str, float]) -> str:
 
 
 def _summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
-    """Per stage: each tree's median and the median of the per-pair ratios head / base."""
+    """Per stage: each tree's median and best, the median of the per-pair ratios head / base,
+    and the ratio of the bests (on a VM whose neighbours steal cycles, a run is only ever slowed,
+    so each tree's fastest run is the steadiest figure of what its code costs)."""
     out: dict[str, Any] = {}
     for stage in runs["base"][0]:
         a = [r[stage] for r in runs["base"]]
@@ -150,7 +152,10 @@ def _summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, Any]:
         out[stage] = {
             "base_median_s": round(statistics.median(a), 5),
             "head_median_s": round(statistics.median(b), 5),
+            "base_best_s": round(min(a), 5),
+            "head_best_s": round(min(b), 5),
             "ratio_median": round(statistics.median(ratios), 3) if ratios else None,
+            "ratio_best": round(min(b) / min(a), 3) if min(a) > 0 else None,
             "ratios": [round(r, 3) for r in ratios],
         }
     return out

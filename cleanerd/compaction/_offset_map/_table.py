@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from cleanerd._kernel import kernel
+from cleanerd._kernel import intrinsic, kernel
 from cleanerd.compaction._strategy import wins
 
 ZERO_HASH_REMAP = np.uint64(0x9E3779B97F4A7C15)
@@ -38,23 +38,69 @@ def is_full(size: int, max_entries: int) -> bool:
     return size >= max_entries
 
 
-@kernel(nogil=True)
-def _home(h1: np.uint64, slots: int) -> Any:
-    """Home slot of a key: ``h1`` is a murmur3 output word, already uniform."""
-    return np.int64(h1 % np.uint64(slots))
+def _mul_high_typing(typingctx: Any, a: Any, b: Any) -> Any:
+    """The high 64 bits of the 128-bit product of two uint64."""
+    from llvmlite import ir  # type: ignore[import-untyped]  # noqa: PLC0415 (only to compile)
+    from numba import types  # noqa: PLC0415
+
+    if not isinstance(a, types.Integer) or not isinstance(b, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        wide = ir.IntType(128)
+        x = context.cast(builder, args[0], signature.args[0], types.uint64)
+        y = context.cast(builder, args[1], signature.args[1], types.uint64)
+        product = builder.mul(builder.zext(x, wide), builder.zext(y, wide))
+        return builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+
+    return types.uint64(a, b), codegen
+
+
+def _prefetch_typing(typingctx: Any, t: Any, index: Any) -> Any:
+    """Ask the CPU to bring ``t[index]`` into cache for writing (a hint: it never faults)."""
+    from llvmlite import ir  # noqa: PLC0415
+    from numba import types  # noqa: PLC0415
+    from numba.core import cgutils  # noqa: PLC0415
+
+    if not isinstance(t, types.CPointer) or not isinstance(index, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        address = builder.bitcast(builder.gep(args[0], [args[1]]), i8p)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        insert: Any = cgutils.get_or_insert_function
+        fn = insert(builder.module, fnty, "llvm.prefetch.p0i8")
+        # write, high locality, data cache
+        builder.call(fn, [address, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(t, index), codegen
+
+
+_mul_high: Any = intrinsic(_mul_high_typing)
+prefetch: Any = intrinsic(_prefetch_typing)
+
+
+@kernel(nogil=True, inline="always")
+def home_slot(h1: np.uint64, slots: int) -> Any:
+    """Home slot of a key: ``h1`` is a murmur3 output word, already uniform, so its share of
+    ``slots`` (the high word of ``h1 * slots``) is as uniform as ``h1 % slots`` and costs a
+    multiply rather than a 64-bit division, which every probe step pays for its resident."""
+    return np.int64(_mul_high(h1, np.uint64(slots)))
 
 
 @kernel(nogil=True)
 def _dist(pos: int, h1: np.uint64, slots: int) -> Any:
     """Distance of slot ``pos`` from the home slot of hash word ``h1``."""
-    home = _home(h1, slots)
+    home = home_slot(h1, slots)
     return pos - home if pos >= home else pos + slots - home
 
 
 @kernel(nogil=True, inline="always")
 def find_slot(t: Any, width: int, slots: int, h1: np.uint64, h2: np.uint64) -> Any:
     """Slot of the (normalised) hash, or -1: an absent key stops at the first richer resident."""
-    pos = _home(h1, slots)
+    pos = home_slot(h1, slots)
     for i in range(slots):
         r1 = t[pos * width + SLOT_H1]
         r2 = t[pos * width + SLOT_H2]
@@ -106,7 +152,7 @@ def insert_key(
     """
     packed = np.uint64(offset if (has or not versioned) else ~offset)
     ver = np.uint64(version)
-    pos = _home(h1, slots)
+    pos = home_slot(h1, slots)
     d = 0
     while True:
         o = pos * width
