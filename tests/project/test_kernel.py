@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -248,3 +249,67 @@ def test_a_signature_numba_only_loads_is_kept_by_warmup_alone(work: Path) -> Non
     warm = _run(work, "import cleanerd._kernel as k\nk.use_numba(keep_loaded=True)\n" + _RUN)
     assert warm["light"] == {"add_into": 0, "doubled": 0}
     assert _run(work)["numba_after_kept"] is False  # kept by the warmup-like run
+
+
+_OTHER_PACKAGES = "import cleanerd._kernel as k\nk._packages_seen = 'another tree'\n"
+_COUNTED = """
+from cleanerd.compaction import compile_clock
+with compile_clock() as clock:
+    exec(RUN)
+print(json.dumps(dict(seen, compiled=sorted({n.split("(")[0] for n in clock.kernels}))))
+"""
+
+
+@pytest.mark.slow
+def test_a_change_in_the_kernel_packages_compiles_every_kernel_anew(work: Path) -> None:
+    """A kernel's code holds the kernels it calls and the constants it reads, from other files
+    than its own: a change to any source of ``KERNEL_PACKAGES`` (here: their digest differs)
+    is compiled, by numba's cache and the kept copies alike, then kept for the next run."""
+    run = _RUN.replace("print(json.dumps(seen))", "")
+    script = f"import json, sys\nimport numpy as np\nRUN = {run!r}\n" + _COUNTED
+    changed = _run(work, _OTHER_PACKAGES + script)
+    assert changed["light"] == {"add_into": 0, "doubled": 0}
+    assert changed["compiled"] == ["kmod.add_into", "kmod.doubled", "kmod.first_sum"]
+    again = _run(work, _OTHER_PACKAGES + script)
+    assert again["numba_after_kept"] is False
+    assert again["compiled"] == []
+
+
+def test_the_packages_digest_follows_every_source_in_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cleanerd._kernel as kernel_module  # noqa: PLC0415 (its process-wide digest)
+
+    monkeypatch.setattr(kernel_module, "_packages_seen", None)
+    first = kernel_module._packages_stamp()
+    assert first == kernel_module._packages_stamp()  # taken once a process
+    monkeypatch.setattr(kernel_module, "_packages_seen", None)
+    nested = REPO / "cleanerd" / "compaction" / "_offset_map" / "_table.py"
+    stat = nested.stat()
+    try:
+        os.utime(nested, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+        assert kernel_module._packages_stamp() != first
+    finally:
+        os.utime(nested, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    monkeypatch.setattr(kernel_module, "_packages_seen", None)
+    assert kernel_module._packages_stamp() == first
+
+
+def test_kernel_modules_take_values_only_from_the_kernel_packages() -> None:
+    """What a kernel module imports from cleanerd is in ``KERNEL_PACKAGES`` (or is the kernel
+    machinery): a value from elsewhere could change without the kernels being compiled anew."""
+    from cleanerd._kernel import KERNEL_PACKAGES  # noqa: PLC0415
+
+    package = REPO / "cleanerd"
+    allowed = (*(f"cleanerd.{name}" for name in KERNEL_PACKAGES), "cleanerd._kernel")
+    wrong = []
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text()
+        if (
+            not re.search(r"^@kernel\(|= intrinsic\(", text, re.MULTILINE)
+            or path.name == "_kernel.py"
+        ):
+            continue
+        own = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        for name in re.findall(r"^from (cleanerd[\w.]*) import", text, re.MULTILINE):
+            if name != own.rsplit(".", 1)[0] and not name.startswith(allowed):
+                wrong.append(f"{path.relative_to(REPO)}: {name}")
+    assert not wrong
