@@ -168,9 +168,9 @@ def _probe(*args: str, env: dict[str, str]) -> dict[str, Any]:
 def test_warm_verify_and_dump_load_only_the_kernels_they_call(
     warm_cache: tuple[Path, dict[str, object]], tmp_path: Path
 ) -> None:
-    """After ``cleanerd warmup`` a read-only command loads its three kernels from their kept
+    """After ``cleanerd warmup`` a read-only command loads its four kernels from their kept
     copies and imports no numba at all (issue 24: numba's import and its compiler's set-up were
-    half of ``verify``'s run)."""
+    half of ``verify``'s run); lz4 payloads decode in ``lay_out_native``."""
     cache, _ = warm_cache
     env = _env(NUMBA_CACHE_DIR=str(cache))
     logdir = tmp_path / "logs"
@@ -182,6 +182,7 @@ def test_warm_verify_and_dump_load_only_the_kernels_they_call(
         assert report["code"] == 0, args
         assert report["loaded"] == [
             "cleanerd.format._crc.batch_crcs",
+            "cleanerd.format._native_lay_out.lay_out_native",
             "cleanerd.format._record_index.index_records_into",
             "cleanerd.format._walk.walk_batches",
         ], args

@@ -275,22 +275,28 @@ def test_a_change_in_the_kernel_packages_compiles_every_kernel_anew(work: Path) 
     assert again["compiled"] == []
 
 
-def test_the_packages_digest_follows_every_source_in_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cleanerd._kernel as kernel_module  # noqa: PLC0415 (its process-wide digest)
+def test_the_packages_digest_follows_every_source_in_them(tmp_path: Path) -> None:
+    """Names and contents of every source in the kernel packages, nested ones too; not their
+    mtimes (an image layer keeps them to the second), nor other packages or compiled files."""
+    from cleanerd._kernel import KERNEL_PACKAGES, sources_digest  # noqa: PLC0415
 
-    monkeypatch.setattr(kernel_module, "_packages_seen", None)
-    first = kernel_module._packages_stamp()
-    assert first == kernel_module._packages_stamp()  # taken once a process
-    monkeypatch.setattr(kernel_module, "_packages_seen", None)
-    nested = REPO / "cleanerd" / "compaction" / "_offset_map" / "_table.py"
-    stat = nested.stat()
-    try:
-        os.utime(nested, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
-        assert kernel_module._packages_stamp() != first
-    finally:
-        os.utime(nested, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    monkeypatch.setattr(kernel_module, "_packages_seen", None)
-    assert kernel_module._packages_stamp() == first
+    for name in KERNEL_PACKAGES:
+        (tmp_path / name / "sub").mkdir(parents=True)
+        (tmp_path / name / "a.py").write_text(f"A = '{name}'\n")
+        (tmp_path / name / "sub" / "b.py").write_text("B = 1\n")
+    (tmp_path / "cli").mkdir()
+    first = sources_digest(str(tmp_path))
+    nested = tmp_path / KERNEL_PACKAGES[0] / "sub" / "b.py"
+    os.utime(nested, ns=(0, 10**9))
+    (tmp_path / "cli" / "c.py").write_text("C = 1\n")
+    (tmp_path / KERNEL_PACKAGES[1] / "__pycache__").mkdir()
+    (tmp_path / KERNEL_PACKAGES[1] / "__pycache__" / "x.py").write_text("X = 1\n")
+    assert sources_digest(str(tmp_path)) == first
+    nested.write_text("B = 2\n")
+    changed = sources_digest(str(tmp_path))
+    assert changed != first
+    nested.rename(nested.with_name("c.py"))
+    assert sources_digest(str(tmp_path)) not in (first, changed)
 
 
 def test_kernel_modules_take_values_only_from_the_kernel_packages() -> None:
