@@ -5,8 +5,9 @@ another thread runs Python or kernels of its own (pass 1's pieces on two cores).
 The decoders are the very libraries ``format._codecs`` uses, found in the same packages: the
 lz4 package's frame extension exports liblz4's ``LZ4_decompress_safe``, and the zstandard
 package's cffi extension exports libzstd's ``ZSTD_decompressStream`` (the package's C backend,
-which ``_codecs`` calls, is built from the same bundled zstd sources). Failing that, the
-system's liblz4 / libzstd are used, and failing those the codec goes through ``_codecs`` only.
+which ``_codecs`` calls, is built from the same bundled zstd sources). Where a package lacks
+its library (a build without it), that codec goes through ``_codecs`` only: a system library
+of another version might judge a corrupt frame otherwise than the binding does.
 Their addresses reach the kernel as integers (a kernel that named a C function would be
 compiled anew by every process: numba does not cache one).
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import functools
 import importlib.util
 import threading
@@ -291,7 +291,7 @@ def lay_out_native(
     records empty (Kafka never decompresses it); each batch's end in ``out`` goes to
     ``out_ends``. A payload decodes to at most ``limit`` bytes, all of them to at most ``cap``.
     ``fns``: the C functions' addresses (``Decoders.addresses``, 0 for a codec without one);
-    ``zstd_ctx``: this thread's zstd decoding context; ``buffers``: 6 uint64 of scratch.
+    ``zstd_ctx``: this thread's zstd decoding context; ``buffers``: 6 int64 of scratch.
 
     Returns ``(i, q)``: the first batch not laid out (the caller's, see the module docstring;
     ``len(starts)`` when none is left) and where the next payload goes in ``out``.
@@ -357,20 +357,13 @@ class Decoders(NamedTuple):
         return frozenset(ids)
 
 
-def _library(module: str, system: str) -> ctypes.CDLL | None:
+def _library(module: str) -> ctypes.CDLL | None:
     """The shared library of the Python extension ``module`` (loaded as a library, its module
-    not initialised), else the system's ``system`` library, else None."""
-    candidates: list[str] = []
-    with contextlib.suppress(ImportError, ValueError, AttributeError):
+    not initialised), None when there is none."""
+    with contextlib.suppress(ImportError, ValueError, AttributeError, OSError):
         spec = importlib.util.find_spec(module)
-        if spec is not None and spec.origin:
-            candidates.append(spec.origin)
-    found = ctypes.util.find_library(system)
-    if found:
-        candidates.append(found)
-    for path in candidates:
-        with contextlib.suppress(OSError):
-            return ctypes.CDLL(path)
+        if spec is not None and spec.origin and spec.origin.endswith((".so", ".pyd")):
+            return ctypes.CDLL(spec.origin)
     return None
 
 
@@ -386,8 +379,8 @@ def _address_of(lib: ctypes.CDLL | None, name: str) -> int:
 @functools.cache
 def decoders() -> Decoders:
     """The C decoders, looked up once per process."""
-    lz4 = _library("lz4.frame._frame", "lz4")
-    zstd = _library("zstandard._cffi", "zstd")
+    lz4 = _library("lz4.frame._frame")
+    zstd = _library("zstandard._cffi")
     names = ("ZSTD_DCtx_reset", "ZSTD_decompressStream", "ZSTD_isError")
     zstd_fns = [_address_of(zstd, n) for n in names]
     create = free = None
