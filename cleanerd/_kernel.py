@@ -424,7 +424,10 @@ def _packages_stamp() -> str:
     """``sources_digest`` of this package, taken once a process (about 2 ms)."""
     global _packages_seen  # noqa: PLW0603 (set once a process)
     if _packages_seen is None:
-        _packages_seen = sources_digest(os.path.dirname(os.path.abspath(__file__)))
+        try:
+            _packages_seen = sources_digest(os.path.dirname(os.path.abspath(__file__)))
+        except OSError:  # not a dir of files (imported from a zip): the kernels' own stamps
+            _packages_seen = "unlisted"
     return _packages_seen
 
 

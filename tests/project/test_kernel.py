@@ -299,6 +299,21 @@ def test_the_packages_digest_follows_every_source_in_them(tmp_path: Path) -> Non
     assert sources_digest(str(tmp_path)) not in (first, changed)
 
 
+def test_a_package_not_in_a_directory_keeps_the_kernels_own_stamps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Imported from a zip (Spark's ``--py-files``), the sources cannot be listed: the digest
+    is a constant and kernels keep numba's stamp of their own file, rather than failing."""
+    import cleanerd._kernel as kernel_module  # noqa: PLC0415 (its process-wide digest)
+
+    def unlistable(root: str) -> str:
+        raise NotADirectoryError(root)
+
+    monkeypatch.setattr(kernel_module, "_packages_seen", None)
+    monkeypatch.setattr(kernel_module, "sources_digest", unlistable)
+    assert kernel_module._packages_stamp() == "unlisted"
+
+
 def test_kernel_modules_take_values_only_from_the_kernel_packages() -> None:
     """What a kernel module imports from cleanerd is in ``KERNEL_PACKAGES`` (or is the kernel
     machinery): a value from elsewhere could change without the kernels being compiled anew."""
