@@ -38,7 +38,8 @@ import ctypes
 import functools
 import importlib.util
 import threading
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -332,21 +333,24 @@ def lay_out_native(
 
 
 # --- finding the decoders ------------------------------------------------------------------------
-class Decoders(NamedTuple):
+@dataclass(frozen=True)
+class Decoders:
     """The C decoders found in this process (0 for one not found)."""
 
     lz4_block: int
     zstd_reset: int
     zstd_stream: int
     zstd_is_error: int
-    zstd_create: Any  # ctypes functions making and freeing a ZSTD_DCtx, or None
-    zstd_free: Any
+    zstd_create: Any = None  # ctypes functions making and freeing a ZSTD_DCtx, or None
+    zstd_free: Any = None
 
-    @property
-    def addresses(self) -> tuple[int, int, int, int]:
-        """What ``lay_out_native`` takes as ``fns``."""
-        return (self.lz4_block, self.zstd_reset, self.zstd_stream, self.zstd_is_error)
+    @functools.cached_property
+    def addresses(self) -> Arr:
+        """What ``lay_out_native`` takes as ``fns`` (made once: ``lay_out`` runs per chunk)."""
+        fns = (self.lz4_block, self.zstd_reset, self.zstd_stream, self.zstd_is_error)
+        return np.array(fns, dtype=np.int64)
 
+    @functools.cached_property
     def codecs(self) -> frozenset[int]:
         """The codec ids the kernel decodes."""
         ids = set()

@@ -107,14 +107,12 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
     # batches it leaves (another codec, no room, anything the binding must decide: see
     # ``_native_lay_out``) are done here, one at a time, before it goes on from the next
     found = decoders()
-    native = found.codecs()
-    fast = bool(native) and any(c in native for c in np.unique(codecs).tolist())
-    addresses = np.array(found.addresses, dtype=np.int64)
-    zstd = zstd_context()
+    fast = not found.codecs.isdisjoint(np.unique(codecs).tolist())
+    zstd = zstd_context() if fast else None
     los, his, cs, nums = starts.tolist(), ends.tolist(), codecs.tolist(), counts.tolist()
     try:
         while i < n:
-            if fast:
+            if zstd is not None:
                 i, q = lay_out_native(
                     arr,
                     starts,
@@ -127,7 +125,7 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
                     q,
                     limit,
                     cap,
-                    addresses,
+                    found.addresses,
                     zstd.address,
                     zstd.buffers,
                 )
