@@ -47,6 +47,11 @@ def pages_kept(nbytes: int) -> Iterator[bool]:
         _KEPT.reset(token)
 
 
+def pages_are_kept() -> bool:
+    """Whether this thread is inside ``pages_kept`` for a cleaning small enough to keep them."""
+    return _KEPT.get()
+
+
 def chunk_bytes() -> int:
     """How many bytes a chunk reads now (``CHUNK_BYTES``, which tests shrink)."""
     return CHUNK_BYTES
@@ -107,7 +112,7 @@ def release(arr: U8, start: int, end: int) -> None:
     the kernel tears the page tables down, a tenth of a worker's GIL time). Within ``pages_kept``
     the pages stay.
     """
-    if _KEPT.get():
+    if pages_are_kept():
         return
     base = arr.base.obj if isinstance(arr.base, memoryview) else arr.base
     if not isinstance(base, mmap.mmap):

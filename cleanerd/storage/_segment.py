@@ -23,6 +23,7 @@ from cleanerd.format import (
     layout as at,
     scan_batches,
 )
+from cleanerd.storage._chunks import pages_are_kept
 from cleanerd.storage._errors import CorruptIndexError, OffsetOutOfRangeError, StorageError
 from cleanerd.storage._files import (
     INDEX_SUFFIX,
@@ -139,8 +140,10 @@ class LogSegment:
     def view(self, *, keep: bool = True) -> U8:
         """A read-only ``uint8`` view of the whole ``.log`` file (mmapped), kept while the
         file's inode and size are unchanged (the cleaner's walks release its pages as they go).
-        ``keep=False``: a map of its own, for a walk that would leave the whole file resident."""
-        return self._view(self.file_key(), keep)
+        ``keep=False``: a map of its own, for a walk that would leave the whole file resident,
+        except within ``pages_kept``, where every walk of a cleaning shares the kept map: the
+        producer-state walk, the offsets check and both passes fault each page in once."""
+        return self._view(self.file_key(), keep or pages_are_kept())
 
     def _view(self, key: FileKey, keep: bool = True) -> U8:
         ino, size, _ = key
