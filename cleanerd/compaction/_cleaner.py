@@ -68,7 +68,6 @@ from cleanerd.storage import (
     CLEANER_OFFSET_CHECKPOINT,
     LogSegment,
     PartitionLog,
-    check_offsets_across,
     iter_chunks,
     oldest_snapshot_end,
     pages_kept,
@@ -362,7 +361,7 @@ def trust_txn_indexes(log: PartitionLog, stats: CleanerStats) -> None:
     (its LSO comes from the markers), so it stands. The producer-state walk (every batch
     checked) is the plan's when the segments are unchanged since; a walk made here (they
     changed) counts as this cleaning's too (``PartitionLog.claim_checked_segments``)."""
-    check_offsets_across(log.segments)
+    log.check_offsets_across()
     problems = log.check_txn_indexes(fold_producers)
     if problems:
         stats.txn_indexes_rebuilt += len({p.base_offset for p in problems})

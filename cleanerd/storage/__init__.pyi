@@ -96,10 +96,7 @@ from ._retention import (
     delete_segments_below as delete_segments_below,
 )
 from ._segment import LogSegment as LogSegment
-from ._segment_list import (
-    check_offsets_across as check_offsets_across,
-    offsets_overlap as offsets_overlap,
-)
+from ._segment_list import offsets_overlap as offsets_overlap
 from ._snapshot_files import (
     SNAPSHOT_FILE_SUFFIX as SNAPSHOT_FILE_SUFFIX,
     SNAPSHOT_PART_SUFFIX as SNAPSHOT_PART_SUFFIX,

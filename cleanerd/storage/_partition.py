@@ -54,6 +54,7 @@ from cleanerd.storage._errors import StorageError
 from cleanerd.storage._leader_epoch import LeaderEpochCache
 from cleanerd.storage._logdir import DELETE_DIR_SUFFIX, parse_partition_dir_name, partition_of
 from cleanerd.storage._producer_state import (
+    LastBatch,
     ProducerEntry,
     ProducerSnapshot,
     ProducerState,
@@ -64,7 +65,12 @@ from cleanerd.storage._producer_state import (
 from cleanerd.storage._regular import truncate_regular
 from cleanerd.storage._rolling import is_idle, jitter_ms, should_roll
 from cleanerd.storage._segment import FileKey, LogSegment
-from cleanerd.storage._segment_list import SegmentWatch, list_logs, open_segment
+from cleanerd.storage._segment_list import (
+    SegmentWatch,
+    check_offsets_across,
+    list_logs,
+    open_segment,
+)
 from cleanerd.storage._segment_times import complete_time_index
 from cleanerd.storage._swap import RecoveryReport, recover_temp_files, replace_segments
 from cleanerd.storage._topic_partition import TopicPartition
@@ -118,7 +124,7 @@ class PartitionLog:
         self._txn_firsts: dict[int, int] | None = None  # producer id -> its open txn's first offset
         self._producers: ProducerSnapshot | None = None
         # segments the producer-state walks since ``begin_checks`` checked whole, unclaimed
-        self._unclaimed_checks: dict[int, tuple[LogSegment, FileKey]] = {}
+        self._unclaimed_checks: dict[int, tuple[LogSegment, FileKey, LastBatch]] = {}
         self._checks_epoch = 0
         self._txn_rebuilds: set[int] = set()  # segments whose indexes were rebuilt on open
         self.segments: list[LogSegment] = []
@@ -231,12 +237,12 @@ class PartitionLog:
         if snap is not self._producers:
             walked = {id(s): key for s, key in zip(snap.segments, snap.keys, strict=True)}
             kept = {
-                i: (seg, key)
-                for i, (seg, key) in self._unclaimed_checks.items()
-                if walked.get(i) == key  # held here, so the id is still this object's
+                i: check
+                for i, check in self._unclaimed_checks.items()
+                if walked.get(i) == check[1]  # held here, so the id is still this object's
             }
-            for i in snap.checked:
-                kept[id(snap.segments[i])] = (snap.segments[i], snap.keys[i])
+            for i, last in zip(snap.checked, snap.last_batches, strict=True):
+                kept[id(snap.segments[i])] = (snap.segments[i], snap.keys[i], last)
             self._unclaimed_checks = kept
         self._producers = snap
         return snap.state.copy()
@@ -261,8 +267,20 @@ class PartitionLog:
             return frozenset()
         ids = {id(s) for s in self.segments}
         return frozenset(
-            i for i, (seg, key) in claimed.items() if i in ids and seg.file_key() == key
+            i for i, (seg, key, _) in claimed.items() if i in ids and seg.file_key() == key
         )
+
+    def check_offsets_across(self) -> None:
+        """``segment_list.check_offsets_across`` of the segments, taking the last batch of
+        each segment a producer-state walk checked whole (still unclaimed, file unchanged)
+        from that walk instead of walking it again."""
+        ids = {id(s) for s in self.segments}
+        walked = {
+            i: last
+            for i, (seg, key, last) in self._unclaimed_checks.items()
+            if i in ids and seg.file_key() == key
+        }
+        check_offsets_across(self.segments, walked)
 
     def last_stable_offset(self, fold: SegmentFold = fold_segment) -> int:
         return self.producer_state(fold).last_stable_offset(self.high_watermark)

@@ -63,6 +63,10 @@ class AbortMarker:
     txn: AbortedTxn | None
 
 
+LastBatch = tuple[int, int] | None
+"""A segment's last batch: its last offset and its position; None for a segment without one."""
+
+
 @dataclass
 class ProducerState:
     """Producers of a log, the aborted transactions found, and where stability ends."""
@@ -70,6 +74,9 @@ class ProducerState:
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     aborted: list[AbortedTxn] = field(default_factory=list)
     abort_markers: list[AbortMarker] = field(default_factory=list)
+    # (last offset, position) of the last batch folded: ``take_snapshot`` keeps each checked
+    # segment's, which spares the offsets check across segments a walk of its own
+    last_batch: LastBatch = field(default=None, compare=False)
 
     @property
     def first_unstable_offset(self) -> int | None:
@@ -90,6 +97,8 @@ class ProducerState:
 
     def apply(self, arr: U8, batches: I64, path: str | None = None) -> None:
         """Fold the batches of one scan (in offset order) into the state."""
+        if batches.shape[0]:
+            self.last_batch = int(batches[-1, k.B_LAST_OFFSET]), int(batches[-1, k.B_POS])
         with_pid = np.nonzero(batches[:, k.B_PRODUCER_ID] >= 0)[0]
         for i in with_pid:
             row = batches[i]
@@ -164,6 +173,8 @@ class ProducerSnapshot:
     prefix: ProducerState  # after every segment but the active one
     state: ProducerState
     checked: tuple[int, ...] = ()  # indexes of the segments this walk checked whole (CRC too)
+    # for each of ``checked``: its last batch's (last offset, position), None for no batch
+    last_batches: tuple[LastBatch, ...] = ()
 
     def _same(self, segments: tuple[LogSegment, ...], keys: tuple[FileKey, ...], n: int) -> bool:
         """The first ``n`` segments are the ones walked, unchanged."""
@@ -187,21 +198,28 @@ def take_snapshot(
     if previous is not None and previous._same(segs, keys, len(segs)):
         return previous
     checked: list[int] = []
+    lasts: list[LastBatch] = []
+
+    def walk(i: int, into: ProducerState) -> None:
+        into.last_batch = None
+        if keys[i][1] and fold(segs[i], into):  # an empty file has no batches to fold
+            checked.append(i)
+            lasts.append(into.last_batch)
+
     if previous is not None and previous._same(segs, keys, len(segs) - 1):
         prefix = previous.prefix
     else:
         prefix = ProducerState()
-        for i, (seg, key) in enumerate(zip(segs[:-1], keys, strict=False)):
-            if key[1] and fold(seg, prefix):  # an empty file has no batches to fold
-                checked.append(i)
+        for i in range(len(segs) - 1):
+            walk(i, prefix)
     state = prefix.copy()
     try:
-        if segs and keys[-1][1] and fold(segs[-1], state):
-            checked.append(len(segs) - 1)
+        if segs:
+            walk(len(segs) - 1, state)
     except CorruptRecordError as exc:
         if not exc.is_truncation:
             raise
-    return ProducerSnapshot(segs, keys, prefix, state, tuple(checked))
+    return ProducerSnapshot(segs, keys, prefix, state, tuple(checked), tuple(lasts))
 
 
 def fold_segment(seg: LogSegment, state: ProducerState) -> bool:

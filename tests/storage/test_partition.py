@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from cleanerd.storage import (
     PartitionLog,
     StorageError,
     TopicPartition,
+    _segment_list as segment_list,
+    iter_chunks,
     parse_partition_dir_name,
     write_offset_checkpoint,
 )
@@ -440,3 +443,61 @@ def test_a_partition_dir_made_meanwhile_by_another_writer_is_used(
     assert [r[3] for r in _all(log)] == [b"theirs"]
     log.close()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t-0"]
+
+
+def test_the_offsets_check_takes_the_last_batches_the_producer_walk_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer-state walk checked every closed segment from byte 0, so the offsets check
+    across segments takes each one's last batch from it instead of walking it again; a segment
+    changed since is walked again. A last batch reaching the next segment's base offset (the
+    base offset is not CRC-covered) is refused either way, at the same file and position."""
+    walked: list[str] = []
+    real = iter_chunks
+
+    def counting(arr: object, **kw: object) -> object:
+        walked.append(str(kw["path"]))
+        return real(arr, **kw)  # type: ignore[arg-type]
+
+    def damaged_log(name: str) -> tuple[PartitionLog, Path, int]:
+        log = PartitionLog.create(tmp_path / name, LogConfig(segment_bytes=300))
+        for i in range(30):
+            log.append([_rec(i)])
+        assert len(log.segments) > 3
+        target, following = log.segments[1], log.segments[2]
+        last_at = int(target.scan().batches[-1, 0])
+        log.close()
+        raw = bytearray(target.log_path.read_bytes())
+        raw[last_at : last_at + 8] = following.base_offset.to_bytes(8, "big")
+        target.log_path.write_bytes(bytes(raw))
+        return PartitionLog(tmp_path / name), target.log_path, last_at
+
+    monkeypatch.setattr(segment_list, "iter_chunks", counting)
+    log = PartitionLog.create(tmp_path / "whole-0", LogConfig(segment_bytes=300))
+    for i in range(30):
+        log.append([_rec(i)])
+    log.begin_checks()
+    log.last_stable_offset()
+    log.check_offsets_across()
+    assert walked == []
+    changed = log.segments[1].log_path
+    os.utime(changed, ns=(1, 1))
+    log.check_offsets_across()
+    assert walked == [str(changed)]
+    log.close()
+
+    errors = []
+    for name, walk_first in (("fresh-0", False), ("walked-0", True)):
+        log, target, last_at = damaged_log(name)
+        walked.clear()
+        if walk_first:
+            log.begin_checks()
+            log.last_stable_offset()
+        with pytest.raises(CorruptRecordError) as caught:
+            log.check_offsets_across()
+        assert (str(target) in walked) is not walk_first
+        assert caught.value.path == str(target)
+        assert caught.value.position == last_at
+        errors.append(str(caught.value).replace(name, "P"))
+        log.close()
+    assert errors[0] == errors[1]
