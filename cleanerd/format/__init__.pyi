@@ -55,6 +55,11 @@ from ._limits import (
     LONG_MIN as LONG_MIN,
     MAX_DECOMPRESSED_BYTES as MAX_DECOMPRESSED_BYTES,
 )
+from ._native_lay_out import (
+    decode_native as decode_native,
+    decoders as decoders,
+    zstd_context as zstd_context,
+)
 from ._payloads import CHUNK_PAYLOADS_FACTOR as CHUNK_PAYLOADS_FACTOR, lay_out as lay_out
 from ._pointer import data_ptr as data_ptr
 from ._record_index import (

@@ -314,22 +314,36 @@ def lay_out_native(
                 return i, q
             out[q : q + hi - lo] = src[lo:hi]
             q += hi - lo
-        elif counts[i] == 0:
-            pass
-        elif c == LZ4_CODEC and fns[0] != 0:
-            end = _lz4_frame(fns[0], src, lo, hi, out, q, room)
+        elif counts[i] != 0:
+            end = decode_native(fns, zstd_ctx, buffers, c, src, lo, hi, out, q, room)
             if end < 0:
                 return i, q
             q = end
-        elif c == ZSTD_CODEC and fns[1] != 0 and zstd_ctx != 0:
-            end = _zstd_frame(fns[1:], zstd_ctx, buffers, src, lo, hi, out, q, room)
-            if end < 0:
-                return i, q
-            q = end
-        else:
-            return i, q
         out_ends[i] = q
     return n, q
+
+
+@kernel()
+def decode_native(
+    fns: Arr,
+    zstd_ctx: int,
+    buffers: Arr,
+    codec: int,
+    src: Arr,
+    lo: int,
+    hi: int,
+    out: Arr,
+    q: int,
+    room: int,
+) -> int:
+    """One lz4 or zstd payload ``src[lo:hi]`` decoded into ``out`` from ``q``, below ``room``
+    (arguments as ``lay_out_native``'s): the end of what it wrote, -1 when it is the caller's (any
+    other codec, no room, anything the binding must decide: the module docstring)."""
+    if codec == LZ4_CODEC and fns[0] != 0:
+        return _lz4_frame(fns[0], src, lo, hi, out, q, room)
+    if codec == ZSTD_CODEC and fns[1] != 0 and zstd_ctx != 0:
+        return _zstd_frame(fns[1:], zstd_ctx, buffers, src, lo, hi, out, q, room)
+    return -1
 
 
 # --- finding the decoders ------------------------------------------------------------------------

@@ -4,13 +4,15 @@ Both cleaner passes (and producer-state folding) walk segments through ``iter_ch
 stays bounded however large a segment is: each chunk is checked as ``scan_batches`` checks it,
 and once the caller moves on, ``release`` drops the mapped pages of the chunk it is done with.
 
-A cleaning reads its segments two or three times (pass 1, the check before pass 2, pass 2), and
-dropping pages only to fault them in again costs more than the rest of a pass over an
-uncompressed segment (a page fault per 64 KiB and a page-table teardown per chunk: about a third
-of a cleaning of 1M records on the dev VM). So a cleaning that reads no more than
-``RESIDENT_LOG_BYTES`` of log keeps its pages mapped (``pages_kept``) until its segments' maps go
-(``LogSegment.drop_map``: on close, on delete after the swap, or by the kept-maps LRU). They are
-clean file pages, which the kernel can take back under memory pressure.
+A cleaning reads its segments several times (the plan's producer-state walk, pass 1, pass 2, and
+the checks of whatever changed in between), and dropping pages only to fault them in again costs
+more than the rest of a pass over an uncompressed segment (a page fault per 64 KiB and a
+page-table teardown per chunk: about a third of a cleaning of 1M records on the dev VM). So a
+cleaning that reads no more than ``RESIDENT_LOG_BYTES`` of log keeps its pages mapped
+(``pages_kept``), every walk in it going through the segment's one kept map
+(``LogSegment.view``), until its segments' maps go (``LogSegment.drop_map``: on close, on delete
+after the swap, or by the kept-maps LRU). They are clean file pages, which the kernel can take
+back under memory pressure.
 """
 
 from __future__ import annotations

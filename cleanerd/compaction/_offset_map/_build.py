@@ -36,7 +36,12 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.compaction._batches import index_and_hash, payloads, transaction_verdicts
-from cleanerd.compaction._offset_map._fill import cache_records, mark_winners, put_cached
+from cleanerd.compaction._offset_map._fill import (
+    cache_decoded_records,
+    cache_records,
+    mark_winners,
+    put_cached,
+)
 from cleanerd.compaction._offset_map._map import OffsetMap
 from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._offset_map._touched import clear_touched, map_offsets, touched_bitmap
@@ -49,9 +54,11 @@ from cleanerd.format import (
     CHUNK_PAYLOADS_FACTOR,
     I64,
     U8,
+    decoders,
     decompression_limit,
     is_legacy,
     kernels as k,
+    zstd_context,
 )
 from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
 from cleanerd.topics import StrategyConfig
@@ -326,6 +333,10 @@ class _Pieces:
         self.log_append_times = np.where(
             sub[:, k.B_ATTRIBUTES] & ATTR_TIMESTAMP_TYPE, sub[:, k.B_MAX_TIMESTAMP], -1
         )
+        self.codecs = np.ascontiguousarray(sub[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK)
+        # compressed payloads are decoded and indexed batch by batch where the kernel can
+        # (``_cache_decoded``); laid out whole first otherwise
+        self.decoded = bool(self.codecs.any()) and bool(decoders().codecs)
         parts = min(POOL_PIECES, n) if shared else 1
         if parts > 1:
             sizes = np.cumsum(sub[:, k.B_SIZE])
@@ -363,6 +374,45 @@ class _Pieces:
         )
         return int(err)
 
+    def _cache_decoded(self, i: int, scratch: _Scratch) -> bool:
+        """``cache_decoded_records`` of piece ``i``: True when it did every batch; otherwise
+        the piece is laid out and indexed as a whole (``_do``), which decides what it left."""
+        lo, hi = self.bounds[i], self.bounds[i + 1]
+        limit = decompression_limit()
+        cap = CHUNK_PAYLOADS_FACTOR * limit
+        if self.cap is not None:
+            cap = min(cap, self.cap)
+        pos = self.sub[lo:hi, k.B_POS]
+        found = decoders()
+        zstd = zstd_context()
+        done, laid = cache_decoded_records(
+            self.arr,
+            pos + k.HEADER_SIZE,
+            pos + self.sub[lo:hi, k.B_SIZE],
+            self.codecs[lo:hi],
+            self.base_offsets[lo:hi],
+            self.last_offsets[lo:hi],
+            self.base_timestamps[lo:hi],
+            self.counts[lo:hi],
+            self.log_append_times[lo:hi],
+            found.addresses,
+            zstd.address,
+            zstd.buffers,
+            _decoded_room(limit),
+            limit,
+            cap,
+            scratch.records,
+            scratch.hashes,
+            self.hashes,
+            self.offsets,
+            self.flags,
+            int(self.rows[lo]),
+        )
+        if done != hi - lo:
+            return False
+        self.laid_bytes[i] = int(laid)
+        return True
+
     def _take(self) -> int:
         with self._lock:
             if self.failed or self._next >= len(self._ready):
@@ -375,6 +425,10 @@ class _Pieces:
         ok = False
         try:
             lo, hi = self.bounds[i], self.bounds[i + 1]
+            scratch.fit(int(self.counts[lo:hi].max()) if hi > lo else 0)
+            if self.decoded and self._cache_decoded(i, scratch):
+                ok = True
+                return
             got = _laid(self.arr, self.sub[lo:hi], self.counts[lo:hi], self.cap, reuse=True)
             if got is not None:
                 buf, starts, ends = got
@@ -421,6 +475,22 @@ class _Pieces:
         if helper is not None and not helper.cancelled():
             helper.result()  # a bug in the pool thread's part is raised here
         return not self.failed
+
+
+DECODED_BATCH_ROOM = 1 << 20
+"""Room for one decoded payload in ``_cache_decoded`` (or the decompression limit, if lower): a
+larger payload is left to ``lay_out``."""
+
+_room = threading.local()
+
+
+def _decoded_room(limit: int) -> U8:
+    """This thread's buffer for one decoded payload."""
+    size = min(limit, DECODED_BATCH_ROOM)
+    buf: U8 | None = getattr(_room, "buffer", None)
+    if buf is None or buf.shape[0] != size:
+        buf = _room.buffer = np.empty(size, np.uint8)
+    return buf
 
 
 def _laid(

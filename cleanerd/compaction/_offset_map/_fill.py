@@ -37,7 +37,12 @@ from cleanerd.compaction._offset_map._table import (
     normalize,
     prefetch,
 )
-from cleanerd.format import data_ptr as _data_ptr, index_one as _index_one, kernels as k
+from cleanerd.format import (
+    data_ptr as _data_ptr,
+    decode_native as _decode_native,
+    index_one as _index_one,
+    kernels as k,
+)
 
 Arr = npt.NDArray[Any]
 _PREFETCH_ROWS = 8  # how far ahead ``put_cached`` fetches slots: a miss's latency in puts
@@ -128,17 +133,166 @@ def cache_records(
         )
         if err != k.REC_OK:
             return err, rec
-        for r in range(counts[i]):
-            c = cursor + rec
-            cache_hashes[c, 0] = scratch_hashes[r, 0]
-            cache_hashes[c, 1] = scratch_hashes[r, 1]
-            cache_offsets[c] = scratch[r, k.R_OFFSET]
-            flags = FLAG_KEYED if scratch[r, k.R_KEY_LEN] >= 0 else 0
-            if scratch[r, k.R_VALUE_LEN] < 0:
-                flags |= FLAG_TOMBSTONE
-            cache_flags[c] = flags
-            rec += 1
+        _rows(
+            scratch,
+            scratch_hashes,
+            counts[i],
+            cache_hashes,
+            cache_offsets,
+            cache_flags,
+            cursor + rec,
+        )
+        rec += counts[i]
     return k.REC_OK, rec
+
+
+@kernel()
+def _rows(
+    scratch: Arr,
+    scratch_hashes: Arr,
+    count: int,
+    cache_hashes: Arr,
+    cache_offsets: Arr,
+    cache_flags: Arr,
+    row: int,
+) -> None:
+    """One batch's records, indexed into ``scratch``, written to the cache rows from ``row``."""
+    for r in range(count):
+        c = row + r
+        cache_hashes[c, 0] = scratch_hashes[r, 0]
+        cache_hashes[c, 1] = scratch_hashes[r, 1]
+        cache_offsets[c] = scratch[r, k.R_OFFSET]
+        flags = FLAG_KEYED if scratch[r, k.R_KEY_LEN] >= 0 else 0
+        if scratch[r, k.R_VALUE_LEN] < 0:
+            flags |= FLAG_TOMBSTONE
+        cache_flags[c] = flags
+
+
+@kernel(nogil=True)
+def cache_decoded_records(
+    src: Arr,
+    starts: Arr,
+    ends: Arr,
+    codecs: Arr,
+    base_offsets: Arr,
+    last_offsets: Arr,
+    base_timestamps: Arr,
+    counts: Arr,
+    log_append_times: Arr,
+    fns: Arr,
+    zstd_ctx: int,
+    buffers: Arr,
+    out: Arr,
+    limit: int,
+    cap: int,
+    scratch: Arr,
+    scratch_hashes: Arr,
+    cache_hashes: Arr,
+    cache_offsets: Arr,
+    cache_flags: Arr,
+    cursor: int,
+) -> tuple[int, int]:
+    """``cache_records`` of batches whose payloads are still in the segment ``src``
+    (``src[starts[i]:ends[i]]``, ``codecs[i]`` their codec): each lz4 or zstd payload is decoded
+    into ``out`` (``format.decode_native``) and indexed from there while it is in cache, instead
+    of the whole run being laid out first and read back. A payload decodes to at most ``limit``
+    bytes, all of them to at most ``cap`` (``format.lay_out``'s bounds); uncompressed ones are
+    indexed where they are.
+
+    Returns ``(batches, laid)``: every batch done (``len(starts)``) and the bytes their payloads
+    took, or the first batch it did not do (a codec or frame the kernel does not take, no room,
+    a bound, a bad count or record), which the caller then decides with ``lay_out`` and
+    ``cache_records`` from the start of the run, so its rows and errors are theirs.
+    """
+    n = starts.shape[0]
+    if scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
+        raise ValueError("cache_decoded_records: wrong scratch shape")
+    if (
+        min(
+            ends.shape[0],
+            codecs.shape[0],
+            base_offsets.shape[0],
+            last_offsets.shape[0],
+            base_timestamps.shape[0],
+            counts.shape[0],
+            log_append_times.shape[0],
+        )
+        < n
+    ):
+        raise ValueError("cache_decoded_records: the batch columns differ in length")
+    rows = 0
+    top = 0
+    for i in range(n):
+        if not 0 <= starts[i] <= ends[i] <= src.shape[0] or counts[i] < 0:
+            raise ValueError("cache_decoded_records: a payload range lies outside the segment")
+        rows += counts[i]
+        top = max(top, counts[i])
+    if scratch.shape[0] < top or scratch_hashes.shape[0] < top:
+        raise ValueError("cache_decoded_records: scratch has fewer rows than a batch")
+    if (
+        cursor < 0
+        or cache_hashes.shape[0] < cursor + rows
+        or cache_offsets.shape[0] < cursor + rows
+        or cache_flags.shape[0] < cursor + rows
+        or cache_hashes.shape[1] != 2
+        or fns.shape[0] < 4
+        or buffers.shape[0] < 6
+    ):
+        raise ValueError("cache_decoded_records: the cache arrays are too small")
+    src_p = _data_ptr(src)
+    out_p = _data_ptr(out)
+    scratch_p = _data_ptr(scratch)
+    sh_p = _data_ptr(scratch_hashes)
+    prev = base_offsets[0] - 1 if n else 0
+    rec = 0
+    laid = 0
+    for i in range(n):
+        lo = starts[i]
+        hi = ends[i]
+        c = codecs[i]
+        p = src_p
+        if c != 0:
+            lo, p = 0, out_p
+            hi = 0
+            if counts[i] != 0:
+                room = min(out.shape[0], limit, cap - laid)
+                hi = _decode_native(
+                    fns, zstd_ctx, buffers, c, src, starts[i], ends[i], out, 0, room
+                )
+                if hi < 0:
+                    return i, laid
+        laid += hi - lo
+        if laid > cap or counts[i] * k.MIN_RECORD_SIZE > hi - lo:
+            return i, laid
+        err, _pos, prev = _index_one(
+            p,
+            lo,
+            hi,
+            base_offsets[i],
+            last_offsets[i],
+            base_timestamps[i],
+            counts[i],
+            log_append_times[i],
+            i,
+            scratch_p,
+            sh_p,
+            True,
+            0,
+            prev,
+        )
+        if err != k.REC_OK:
+            return i, laid
+        _rows(
+            scratch,
+            scratch_hashes,
+            counts[i],
+            cache_hashes,
+            cache_offsets,
+            cache_flags,
+            cursor + rec,
+        )
+        rec += counts[i]
+    return n, laid
 
 
 @kernel(nogil=True)
