@@ -1,12 +1,14 @@
 """Pass 1: the offset map over the dirty range (docs/kafka-format.md §4.6: ``buildOffsetMap``).
 
 Per chunk of batches: the transaction verdicts (aborted data and control batches never enter the
-map), then for the other data batches, under the offset strategy, the fused path: the payloads
-laid out, every record indexed and hashed into rows of the record cache (``_fill.cache_records``)
-and the keyed records put from there (``_fill.put_cached``, Kafka's full rule, as ``put_batch``
-has it). With a pool the chunk is cut into pieces that a pool thread lays out and indexes as well
-as this one, and this thread puts each piece's rows in offset order once the pieces before it are
-put (``_Pieces``): the puts are the only part that must stay in order on one thread. Under
+map), then for the other data batches, under the offset strategy, the fused path: every record
+indexed and hashed into rows of the record cache, each lz4 or zstd payload as soon as it is
+decoded (``_fill.cache_decoded_records``), or, for what that kernel does not take, the payloads
+laid out first (``_fill.cache_records``), and the keyed records put from there
+(``_fill.put_cached``, Kafka's full rule, as ``put_batch`` has it). With a pool the chunk is
+cut into pieces that a pool thread decodes and indexes as well as this one, and this thread puts
+each piece's rows in offset order once the pieces before it are put (``_Pieces``): the puts are
+the only part that must stay in order on one thread. Under
 timestamp and header, one index-and-hash call, the strategy's versions and one ``put_batch`` call
 for the keyed records at or after the first dirty offset. Kafka's latest-offset bookkeeping
 (after every batch reaching the dirty range, and over offset gaps at the end of each segment) is
@@ -310,6 +312,8 @@ class _Pieces:
     ``CHUNK_PAYLOADS_FACTOR`` times the limit (the pool thread sees this thread's limit, a
     context variable), so both together hold no more than one thread laying out the whole chunk
     would. A piece laid out goes as soon as it is indexed: nothing of it outlives the piece.
+    A piece the decoding kernel takes whole (``_cache_decoded``) holds one payload at a time,
+    in the thread's room of at most ``DECODED_BATCH_ROOM``.
     """
 
     def __init__(

@@ -9,6 +9,10 @@ that won their key. No per-record numpy.
   cache then keeps offsets and flags). The record matrix is never materialised: each batch is
   parsed into a small scratch matrix that stays in L1. Runs of batches are independent: two
   threads fill disjoint rows at once.
+* ``cache_decoded_records`` does the same for batches still in the segment: it decodes each lz4
+  or zstd payload (``format.decode_native``) into a one-payload room and indexes it while it is
+  in cache, where ``cache_records`` reads back payloads ``format.lay_out`` wrote out whole. It
+  stops at the first batch it does not take, and the caller gives the run to those two.
 * ``put_cached`` puts the keyed records of the dirty range from those rows into the offset map
   (Kafka's full rule, as ``OffsetMap.put_batch``), in offset order, on one thread.
 * ``mark_winners`` sets ``FLAG_WINNER`` on the cached records whose offset is their key's entry
