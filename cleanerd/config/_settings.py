@@ -72,7 +72,8 @@ TLS files' paths are fixed, but a SIGHUP reads the files again (a renewed certif
 MIB = 1 << 20
 MAX_CLEANER_THREADS = 64
 """Upper bound of ``log.cleaner.threads``: each is a thread of the daemon's own pool and may
-hold a chunk's decompressed records (up to 4 x ``max.decompressed.message.bytes``) besides its
+hold a chunk's decompressed records (``format.chunk_payloads_bound``: 512 MiB unless
+``max.decompressed.message.bytes`` is set above 128 MiB) besides its
 share of the dedupe buffer, and a cleaning keeps one core busy, so past the cores a machine has
 more threads only add memory. Fixed rather than a multiple of ``os.cpu_count()`` so that one
 config checks the same on every host."""

@@ -16,11 +16,11 @@ from __future__ import annotations
 import numpy as np
 
 from cleanerd.format import _legacy as legacy, kernels as k
-from cleanerd.format._codecs import LIMIT_SETTING, decompression_limit
+from cleanerd.format._codecs import decompression_limit
 from cleanerd.format._crc import crc_reason
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_TIMESTAMP_TYPE
-from cleanerd.format._payloads import CHUNK_PAYLOADS_FACTOR, lay_out
+from cleanerd.format._payloads import chunk_payloads_bound, lay_out, past_chunk_bound
 from cleanerd.format._scan import I64, U8, U64, Buffer, as_uint8, first_crc_mismatch
 
 _RECORD_REASONS = {
@@ -173,9 +173,7 @@ def _index_mixed(
         except CorruptRecordError as e:
             errors.append(e)
     limit = decompression_limit()
-    cap = CHUNK_PAYLOADS_FACTOR * limit
-    bound = (cap, f"this batch and the ones read with it decompress past {cap} bytes together"
-                  f" ({CHUNK_PAYLOADS_FACTOR} x {LIMIT_SETTING} = {limit})")  # fmt: skip
+    bound = (chunk_payloads_bound(limit), past_chunk_bound(limit))
     try:
         p1, r1 = legacy.index_rows(arr, batches[old], path, check_crc, bound)
     except CorruptRecordError as e:

@@ -29,10 +29,20 @@ from cleanerd.format._codecs import (
 )
 from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_CODEC_MASK
+from cleanerd.format._limits import MAX_DECOMPRESSED_BYTES
 from cleanerd.format._native_lay_out import decoders, lay_out_native, zstd_context
 from cleanerd.format._scan import I64, U8
 
-__all__ = ["CHUNK_PAYLOADS_FACTOR", "REUSED_BUFFER_MAX", "Payloads", "batch_payload", "lay_out"]
+__all__ = [
+    "CHUNK_PAYLOADS_FACTOR",
+    "CHUNK_PAYLOADS_FLOOR",
+    "REUSED_BUFFER_MAX",
+    "Payloads",
+    "batch_payload",
+    "chunk_payloads_bound",
+    "lay_out",
+    "past_chunk_bound",
+]
 
 _CODECS = tuple(Compression)
 _Decode = Callable[[bytes | memoryview], bytes]
@@ -42,9 +52,29 @@ REUSED_BUFFER_MAX = 64 << 20
 _MIN_REUSED = 1 << 20
 _EXPANSION = 3  # first guess of decompressed / compressed size; the buffer grows past it
 CHUNK_PAYLOADS_FACTOR = 4
-"""One call lays out at most this many times ``max.decompressed.message.bytes``: what a reader
-holds of decompressed records at once (a chunk of many batches, each within the bound, cannot
-add up to more)."""
+"""One call lays out at most this many times the larger of ``max.decompressed.message.bytes``
+and ``CHUNK_PAYLOADS_FLOOR`` (``chunk_payloads_bound``): what a reader holds of decompressed
+records at once (a chunk of many batches, each within its own bound, cannot add up to more)."""
+CHUNK_PAYLOADS_FLOOR = MAX_DECOMPRESSED_BYTES
+"""The chunk bound never follows the setting below cleanerd's default for it. The setting bounds
+each batch (Kafka's meaning: a bomb is one batch); a chunk is 4 MiB of compressed batches, so
+four times a lowered setting (1 MiB, say) refused honest logs compressed more than 1:1."""
+
+
+def chunk_payloads_bound(limit: int) -> int:
+    """The most the payloads of one chunk may take decompressed together, with ``limit`` the
+    per-batch bound (``decompression_limit``)."""
+    return CHUNK_PAYLOADS_FACTOR * max(limit, CHUNK_PAYLOADS_FLOOR)
+
+
+def past_chunk_bound(limit: int) -> str:
+    """Why a chunk is refused when its payloads together pass ``chunk_payloads_bound``."""
+    floor = CHUNK_PAYLOADS_FLOOR
+    return (
+        f"this batch and the ones read with it decompress past {chunk_payloads_bound(limit)} "
+        f"bytes together ({CHUNK_PAYLOADS_FACTOR} x the larger of {LIMIT_SETTING} = {limit} "
+        f"and {floor})"
+    )
 
 
 def batch_payload(arr: U8, row: npt.NDArray[np.int64]) -> bytes | memoryview:
@@ -96,7 +126,8 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
     n = batches.shape[0]
     out_ends = np.empty(n, dtype=np.int64)
     limit = decompression_limit()
-    cap = CHUNK_PAYLOADS_FACTOR * limit if cap is None else min(cap, CHUNK_PAYLOADS_FACTOR * limit)
+    bound = chunk_payloads_bound(limit)
+    cap = bound if cap is None else min(cap, bound)
     fns: dict[int, tuple[_Decode, int, _Decode]] = {}  # codec -> (one call, below, bounded)
     buf = _buffer(min(int((ends - starts).sum()) * _EXPANSION, cap), reuse)
     dst = buf.data
@@ -146,10 +177,7 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
                 part = fn[0](mv[lo:hi]) if hi - lo < fn[1] else fn[2](mv[lo:hi])
             size = len(part)
             if q + size > cap:  # checked here too: a kept buffer may be larger than cap
-                raise CorruptRecordError(
-                    f"this batch and the ones read with it decompress past {cap} bytes "
-                    f"together ({CHUNK_PAYLOADS_FACTOR} x {LIMIT_SETTING} = {limit})"
-                )
+                raise CorruptRecordError(past_chunk_bound(limit))
             if q + size > buf.shape[0]:
                 buf = _buffer(q + size, reuse, buf, q, cap)
                 dst = buf.data

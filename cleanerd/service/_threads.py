@@ -11,8 +11,7 @@ One cleaning of a compressed log also decompresses part of each chunk of pass 1 
 cleanings, of ``decompression_threads`` threads (``cleanerd-decompress``): one when a core is left
 beside the cleanings, none when there are as many cleanings as cores (a third thread on two
 busy cores only takes turns with them, and hands chunks back and forth for nothing). Each holds
-at most its share of one chunk's payloads (``CHUNK_PAYLOADS_FACTOR`` times
-``max.decompressed.message.bytes``, split).
+at most its share of one chunk's payloads (``format.chunk_payloads_bound``, split).
 
 A job runs in a copy of the caller's context, as ``asyncio.to_thread`` does (the codecs'
 decompression limit is a context variable). A thread cannot be interrupted: ``close`` stops

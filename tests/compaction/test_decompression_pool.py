@@ -24,6 +24,7 @@ from cleanerd.format import (
     Compression,
     CorruptRecordError,
     Record,
+    _payloads as payloads_module,
     build_batch,
     kernels as k,
     limit_decompression,
@@ -280,6 +281,7 @@ def test_a_piece_past_its_share_is_laid_out_with_the_whole_chunk(
     thread does, and pass 1 leaves the same as without a pool."""
     limit = 1 << 20
     monkeypatch.setattr(_build, "POOL_PIECES", 2)
+    monkeypatch.setattr(payloads_module, "CHUNK_PAYLOADS_FLOOR", 1)  # the bound: 4 x the limit
     squeezed = [  # 3 x 0.7 of the limit in the first piece: past its 2 x limit
         build_batch([Record(i, 5, b"k%d" % i, bytes(limit * 7 // 10))], base_offset=i,
                     compression=Compression.LZ4)

@@ -28,6 +28,7 @@ from cleanerd.format import (
     MAX_DECOMPRESSED_BYTES,
     CorruptRecordError,
     Record,
+    _payloads as payloads_module,
     build_batch,
     index_batches,
     kernels as k,
@@ -44,6 +45,7 @@ from cleanerd.format._codecs import (
     zstd_size_bound,
 )
 from cleanerd.storage import PartitionLog
+from cleanerd.topics import LogConfig
 from cleanerd.workload import WorkloadSpec, generate
 from tests.support.bombs import GIB, bomb_batch, bomb_logdir, compressed_bomb, files_of
 from tests.support.e2e_support import DaemonProcess, write_config
@@ -115,9 +117,13 @@ def test_gzip_members_after_one_another_count_together() -> None:
     assert decompress(Compression.GZIP, member + member, 1_200_000) == bytes(1_200_000)
 
 
-def test_many_batches_within_the_bound_cannot_add_up_past_it() -> None:
-    """Every batch of a chunk within the bound, together over four times it: the chunk is
-    refused at the batch that crosses, naming the setting."""
+def test_many_batches_within_the_bound_cannot_add_up_past_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every batch of a chunk within the bound, together over the chunk's bound (four times the
+    setting, here with no floor under it): the chunk is refused at the batch that crosses,
+    naming the setting."""
+    monkeypatch.setattr(payloads_module, "CHUNK_PAYLOADS_FLOOR", 1)
     limit = 1 << 20
     value = bytes(limit - 200)
     batches = [
@@ -130,7 +136,7 @@ def test_many_batches_within_the_bound_cannot_add_up_past_it() -> None:
         laid = lay_out(arr, scan.batches)
         assert laid.usable == 4
         assert laid.error is not None
-        assert "4 x max.decompressed.message.bytes" in laid.error.reason
+        assert "4 x the larger of max.decompressed.message.bytes = 1048576" in laid.error.reason
         with pytest.raises(CorruptRecordError) as raised:
             index_batches(arr, scan.batches, path="seg.log")
     assert raised.value.position == sum(len(b) for b in batches[:4])
@@ -287,3 +293,48 @@ def test_verify_and_dump_take_the_bound_as_an_option(tmp_path: Path) -> None:
     assert "max.decompressed.message.bytes = 1048576" in result.output
     result = runner.invoke(cli, ["verify", str(logdir), "--max-decompressed-message-bytes", "0"])
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("codec", [Compression.LZ4, Compression.ZSTD, Compression.GZIP])
+def test_a_low_setting_bounds_each_batch_not_a_chunk_of_honest_ones(
+    tmp_path: Path, codec: Compression
+) -> None:
+    """A setting far below cleanerd's default (64 KiB) refuses a batch past it, but a chunk of
+    honest 12 KB batches compressing 100:1 reads, verifies and compacts (four times the setting
+    bounded the chunk once, refusing every honest log compressed past 1:1)."""
+    limit = 64 << 10
+    value = b"a fairly repetitive value " * 4
+    batches = [
+        build_batch(
+            [Record(b * 100 + j, 5, b"k%d" % j, value) for j in range(100)],
+            base_offset=b * 100,
+            compression=codec,
+        )
+        for b in range(60)
+    ]
+    arr = np.frombuffer(b"".join(batches), np.uint8)
+    scan = scan_batches(arr)
+    scan.raise_error()
+    with limit_decompression(limit):
+        laid = lay_out(arr, scan.batches)
+        assert laid.error is None
+        assert int(laid.ends[-1]) > 4 * limit  # past what bounded a chunk before
+        _, records = index_batches(arr, scan.batches, path="seg.log")
+    assert records.shape[0] == 6000
+    part = tmp_path / "t-0"
+    log = PartitionLog.create(part, LogConfig(max_decompressed_message_bytes=limit))
+    log.append_batches(arr.tobytes())
+    log.roll()
+    log.close()
+    setting = ["--max-decompressed-message-bytes", str(limit)]
+    verified = CliRunner().invoke(cli, ["verify", str(tmp_path), *setting])
+    assert verified.exit_code == 0, verified.output
+    compacted = CliRunner().invoke(
+        cli,
+        ["compact", str(tmp_path), "--now", "9999999999999",
+         "--set", f"max.decompressed.message.bytes={limit}"],
+    )  # fmt: skip
+    assert compacted.exit_code == 0, compacted.output
+    log = PartitionLog(part, LogConfig(max_decompressed_message_bytes=limit))
+    assert sorted(r.key or b"" for r in log.records()) == sorted(b"k%d" % j for j in range(100))
+    log.close()

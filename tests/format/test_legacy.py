@@ -15,6 +15,7 @@ from kafka.record import MemoryRecords
 from cleanerd.format import (
     Compression,
     CorruptRecordError,
+    _payloads as payloads_module,
     index_batches,
     kernels as k,
     limit_decompression,
@@ -250,8 +251,12 @@ def test_dump_and_verify_read_a_legacy_partition(tmp_path: Path) -> None:
     assert not verify_path(tmp_path).ok
 
 
-def test_many_wrappers_each_under_the_bound_stop_at_the_chunk_bound() -> None:
-    """As for v2 chunks: wrappers read together take at most 4 x the bound decompressed."""
+def test_many_wrappers_each_under_the_bound_stop_at_the_chunk_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As for v2 chunks: wrappers read together take at most the chunk's bound decompressed
+    (four times the setting, here with no floor under it)."""
+    monkeypatch.setattr(payloads_module, "CHUNK_PAYLOADS_FLOOR", 1)
     big = [
         wrapper(1, 1, gzip.compress(legacy_set(1, "none", [(i, 0, b"k", bytes(900_000))])), i)
         for i in range(1, 7)

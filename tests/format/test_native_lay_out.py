@@ -206,8 +206,10 @@ def test_lay_out_gives_what_the_binding_path_gives(
     """A chunk of compressed batches (with an uncompressed one and one of another codec between
     them), whole, with one frame corrupt, with one batch past
     ``max.decompressed.message.bytes``, and adding up past the chunk's bound: the same payloads,
-    and the same error at the same batch, with the kernel and with the bindings alone."""
+    and the same error at the same batch, with the kernel and with the bindings alone (the
+    chunk's bound here four times the limit, with no floor under it)."""
     limit = 1 << 20
+    monkeypatch.setattr(payloads_mod, "CHUNK_PAYLOADS_FLOOR", 1)
     rng = random.Random(3)
     raw = []
     for i in range(12):

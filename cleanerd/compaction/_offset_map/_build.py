@@ -53,9 +53,9 @@ from cleanerd.compaction._transactions import CleanedTransactionMetadata
 from cleanerd.format import (
     ATTR_CODEC_MASK,
     ATTR_TIMESTAMP_TYPE,
-    CHUNK_PAYLOADS_FACTOR,
     I64,
     U8,
+    chunk_payloads_bound,
     decoders,
     decompression_limit,
     is_legacy,
@@ -186,7 +186,7 @@ def _put_fused(
     sub = batches[data_rows]
     if data_rows.size:
         counts = np.ascontiguousarray(sub[:, k.B_COUNT])
-        whole = CHUNK_PAYLOADS_FACTOR * decompression_limit()
+        whole = chunk_payloads_bound(decompression_limit())
         total = int(counts.sum())
         # a record takes at least MIN_RECORD_SIZE bytes: rows beyond what the chunk can hold
         # decompressed are a corrupt count, which must not size an allocation
@@ -308,8 +308,8 @@ class _Pieces:
     and with a pool, a pool thread as well. This thread puts each piece's rows as soon as the
     pieces before it are put (``run``).
 
-    Memory: each thread holds one piece laid out at a time, within half of
-    ``CHUNK_PAYLOADS_FACTOR`` times the limit (the pool thread sees this thread's limit, a
+    Memory: each thread holds one piece laid out at a time, within half of the chunk's bound
+    (``format.chunk_payloads_bound`` of the limit: the pool thread sees this thread's limit, a
     context variable), so both together hold no more than one thread laying out the whole chunk
     would. A piece laid out goes as soon as it is indexed: nothing of it outlives the piece.
     A piece the decoding kernel takes whole (``_cache_decoded``) holds one payload at a time,
@@ -346,7 +346,7 @@ class _Pieces:
             sizes = np.cumsum(sub[:, k.B_SIZE])
             cuts = np.searchsorted(sizes, sizes[-1] * np.arange(1, parts) // parts, side="right")
             self.bounds = [0, *sorted({int(c) for c in cuts if 0 < c < n}), n]
-            self.cap: int | None = CHUNK_PAYLOADS_FACTOR * decompression_limit() // 2
+            self.cap: int | None = chunk_payloads_bound(decompression_limit()) // 2
         else:
             self.bounds = [0, n]
             self.cap = None
@@ -383,9 +383,7 @@ class _Pieces:
         the piece is laid out and indexed as a whole (``_do``), which decides what it left."""
         lo, hi = self.bounds[i], self.bounds[i + 1]
         limit = decompression_limit()
-        cap = CHUNK_PAYLOADS_FACTOR * limit
-        if self.cap is not None:
-            cap = min(cap, self.cap)
+        cap = chunk_payloads_bound(limit) if self.cap is None else self.cap
         pos = self.sub[lo:hi, k.B_POS]
         found = decoders()
         zstd = zstd_context()
