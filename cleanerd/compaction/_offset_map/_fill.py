@@ -82,8 +82,48 @@ def cache_records(
     re-indexes with the reader to raise it), ``records`` the records indexed before it.
     """
     n = starts.shape[0]
+    _check_run(
+        buf.shape[0], starts, ends, base_offsets, last_offsets, base_timestamps, counts,
+        log_append_times, scratch, scratch_hashes, cache_hashes, cache_offsets, cache_flags, cursor,
+    )  # fmt: skip
+    buf_p = _data_ptr(buf)
+    prev = base_offsets[0] - 1 if n else 0
+    rec = 0
+    for i in range(n):
+        err, prev = _cache_batch(
+            buf_p, starts[i], ends[i], i, base_offsets, last_offsets, base_timestamps, counts,
+            log_append_times, scratch, scratch_hashes, cache_hashes, cache_offsets, cache_flags,
+            cursor + rec, prev,
+        )  # fmt: skip
+        if err != k.REC_OK:
+            return err, rec
+        rec += counts[i]
+    return k.REC_OK, rec
+
+
+@kernel()
+def _check_run(
+    size: int,
+    starts: Arr,
+    ends: Arr,
+    base_offsets: Arr,
+    last_offsets: Arr,
+    base_timestamps: Arr,
+    counts: Arr,
+    log_append_times: Arr,
+    scratch: Arr,
+    scratch_hashes: Arr,
+    cache_hashes: Arr,
+    cache_offsets: Arr,
+    cache_flags: Arr,
+    cursor: int,
+) -> None:
+    """The arguments of ``cache_records`` and ``cache_decoded_records`` hold together: every
+    payload range within ``size`` bytes, room in the scratch for the largest batch and in the
+    cache for every record; a ValueError otherwise (a caller's bug, never the data's)."""
+    n = starts.shape[0]
     if scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
-        raise ValueError("cache_records: wrong scratch shape")
+        raise ValueError("a run of batches to cache: wrong scratch shape")
     if (
         min(
             ends.shape[0],
@@ -95,16 +135,16 @@ def cache_records(
         )
         < n
     ):
-        raise ValueError("cache_records: the batch columns differ in length")
+        raise ValueError("a run of batches to cache: the batch columns differ in length")
     rows = 0
     top = 0
     for i in range(n):
-        if not 0 <= starts[i] <= ends[i] <= buf.shape[0] or counts[i] < 0:
-            raise ValueError("cache_records: a payload range lies outside the buffer")
+        if not 0 <= starts[i] <= ends[i] <= size or counts[i] < 0:
+            raise ValueError("a run of batches to cache: a payload range lies outside its buffer")
         rows += counts[i]
         top = max(top, counts[i])
     if scratch.shape[0] < top or scratch_hashes.shape[0] < top:
-        raise ValueError("cache_records: scratch has fewer rows than a batch")
+        raise ValueError("a run of batches to cache: scratch has fewer rows than a batch")
     if (
         cursor < 0
         or cache_hashes.shape[0] < cursor + rows
@@ -112,56 +152,39 @@ def cache_records(
         or cache_flags.shape[0] < cursor + rows
         or cache_hashes.shape[1] != 2
     ):
-        raise ValueError("cache_records: the cache arrays are too small")
-    buf_p = _data_ptr(buf)
-    scratch_p = _data_ptr(scratch)
-    sh_p = _data_ptr(scratch_hashes)
-    prev = base_offsets[0] - 1 if n else 0
-    rec = 0
-    for i in range(n):
-        err, _pos, prev = _index_one(
-            buf_p,
-            starts[i],
-            ends[i],
-            base_offsets[i],
-            last_offsets[i],
-            base_timestamps[i],
-            counts[i],
-            log_append_times[i],
-            i,
-            scratch_p,
-            sh_p,
-            True,
-            0,
-            prev,
-        )
-        if err != k.REC_OK:
-            return err, rec
-        _rows(
-            scratch,
-            scratch_hashes,
-            counts[i],
-            cache_hashes,
-            cache_offsets,
-            cache_flags,
-            cursor + rec,
-        )
-        rec += counts[i]
-    return k.REC_OK, rec
+        raise ValueError("a run of batches to cache: the cache arrays are too small")
 
 
-@kernel()
-def _rows(
+@kernel(inline="always")
+def _cache_batch(
+    buf: Any,  # a pointer to the payload bytes (format.data_ptr)
+    start: int,
+    end: int,
+    i: int,
+    base_offsets: Arr,
+    last_offsets: Arr,
+    base_timestamps: Arr,
+    counts: Arr,
+    log_append_times: Arr,
     scratch: Arr,
     scratch_hashes: Arr,
-    count: int,
     cache_hashes: Arr,
     cache_offsets: Arr,
     cache_flags: Arr,
     row: int,
-) -> None:
-    """One batch's records, indexed into ``scratch``, written to the cache rows from ``row``."""
-    for r in range(count):
+    prev: int,
+) -> tuple[int, int]:
+    """Batch ``i`` of a run, its records at ``buf[start:end]``: indexed and hashed into the
+    scratch (``format.index_one``), then written to the cache rows from ``row``. Returns the
+    record error (``REC_OK``) and the offset its last record took. Inlined: a helper taking
+    arrays would pay their reference counts once a batch."""
+    err, _pos, prev = _index_one(
+        buf, start, end, base_offsets[i], last_offsets[i], base_timestamps[i], counts[i],
+        log_append_times[i], i, _data_ptr(scratch), _data_ptr(scratch_hashes), True, 0, prev,
+    )  # fmt: skip
+    if err != k.REC_OK:
+        return err, prev
+    for r in range(counts[i]):
         c = row + r
         cache_hashes[c, 0] = scratch_hashes[r, 0]
         cache_hashes[c, 1] = scratch_hashes[r, 1]
@@ -170,6 +193,7 @@ def _rows(
         if scratch[r, k.R_VALUE_LEN] < 0:
             flags |= FLAG_TOMBSTONE
         cache_flags[c] = flags
+    return k.REC_OK, prev
 
 
 @kernel(nogil=True)
@@ -209,44 +233,14 @@ def cache_decoded_records(
     ``cache_records`` from the start of the run, so its rows and errors are theirs.
     """
     n = starts.shape[0]
-    if scratch.shape[1] != k.RECORD_COLUMNS or scratch_hashes.shape[1] != 2:
-        raise ValueError("cache_decoded_records: wrong scratch shape")
-    if (
-        min(
-            ends.shape[0],
-            codecs.shape[0],
-            base_offsets.shape[0],
-            last_offsets.shape[0],
-            base_timestamps.shape[0],
-            counts.shape[0],
-            log_append_times.shape[0],
-        )
-        < n
-    ):
-        raise ValueError("cache_decoded_records: the batch columns differ in length")
-    rows = 0
-    top = 0
-    for i in range(n):
-        if not 0 <= starts[i] <= ends[i] <= src.shape[0] or counts[i] < 0:
-            raise ValueError("cache_decoded_records: a payload range lies outside the segment")
-        rows += counts[i]
-        top = max(top, counts[i])
-    if scratch.shape[0] < top or scratch_hashes.shape[0] < top:
-        raise ValueError("cache_decoded_records: scratch has fewer rows than a batch")
-    if (
-        cursor < 0
-        or cache_hashes.shape[0] < cursor + rows
-        or cache_offsets.shape[0] < cursor + rows
-        or cache_flags.shape[0] < cursor + rows
-        or cache_hashes.shape[1] != 2
-        or fns.shape[0] < 4
-        or buffers.shape[0] < 6
-    ):
-        raise ValueError("cache_decoded_records: the cache arrays are too small")
+    _check_run(
+        src.shape[0], starts, ends, base_offsets, last_offsets, base_timestamps, counts,
+        log_append_times, scratch, scratch_hashes, cache_hashes, cache_offsets, cache_flags, cursor,
+    )  # fmt: skip
+    if codecs.shape[0] < n or fns.shape[0] < 4 or buffers.shape[0] < 6:
+        raise ValueError("cache_decoded_records: codecs, fns or buffers too short")
     src_p = _data_ptr(src)
     out_p = _data_ptr(out)
-    scratch_p = _data_ptr(scratch)
-    sh_p = _data_ptr(scratch_hashes)
     prev = base_offsets[0] - 1 if n else 0
     rec = 0
     laid = 0
@@ -268,33 +262,12 @@ def cache_decoded_records(
         laid += hi - lo
         if laid > cap or counts[i] * k.MIN_RECORD_SIZE > hi - lo:
             return i, laid
-        err, _pos, prev = _index_one(
-            p,
-            lo,
-            hi,
-            base_offsets[i],
-            last_offsets[i],
-            base_timestamps[i],
-            counts[i],
-            log_append_times[i],
-            i,
-            scratch_p,
-            sh_p,
-            True,
-            0,
-            prev,
-        )
+        err, prev = _cache_batch(
+            p, lo, hi, i, base_offsets, last_offsets, base_timestamps, counts, log_append_times,
+            scratch, scratch_hashes, cache_hashes, cache_offsets, cache_flags, cursor + rec, prev,
+        )  # fmt: skip
         if err != k.REC_OK:
             return i, laid
-        _rows(
-            scratch,
-            scratch_hashes,
-            counts[i],
-            cache_hashes,
-            cache_offsets,
-            cache_flags,
-            cursor + rec,
-        )
         rec += counts[i]
     return n, laid
 
