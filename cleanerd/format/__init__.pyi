@@ -60,11 +60,7 @@ from ._native_lay_out import (
     decoders as decoders,
     zstd_context as zstd_context,
 )
-from ._payloads import (
-    CHUNK_PAYLOADS_FACTOR as CHUNK_PAYLOADS_FACTOR,
-    chunk_payloads_bound as chunk_payloads_bound,
-    lay_out as lay_out,
-)
+from ._payloads import chunk_payloads_bound as chunk_payloads_bound, lay_out as lay_out
 from ._pointer import data_ptr as data_ptr
 from ._record_index import (
     R_HEADER_COUNT as R_HEADER_COUNT,

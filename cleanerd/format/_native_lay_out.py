@@ -323,7 +323,7 @@ def lay_out_native(
     return n, q
 
 
-@kernel()
+@kernel(inline="always")
 def decode_native(
     fns: Arr,
     zstd_ctx: int,

@@ -487,12 +487,12 @@ _room = threading.local()
 
 
 def _decoded_room(limit: int) -> U8:
-    """This thread's buffer for one decoded payload."""
+    """This thread's room for one decoded payload (kept, grown to the largest asked for)."""
     size = min(limit, DECODED_BATCH_ROOM)
     buf: U8 | None = getattr(_room, "buffer", None)
-    if buf is None or buf.shape[0] != size:
+    if buf is None or buf.shape[0] < size:
         buf = _room.buffer = np.empty(size, np.uint8)
-    return buf
+    return buf[:size]
 
 
 def _laid(
