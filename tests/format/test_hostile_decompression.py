@@ -321,6 +321,11 @@ def test_a_low_setting_bounds_each_batch_not_a_chunk_of_honest_ones(
         assert int(laid.ends[-1]) > 4 * limit  # past what bounded a chunk before
         _, records = index_batches(arr, scan.batches, path="seg.log")
     assert records.shape[0] == 6000
+    big = build_batch([Record(j, 5, b"k", bytes(1024)) for j in range(100)], compression=codec)
+    with limit_decompression(limit):
+        one = lay_out(np.frombuffer(big, np.uint8), scan_batches(big).batches)
+    assert one.error is not None  # one batch past the setting: still refused, naming it
+    assert "max.decompressed.message.bytes" in str(one.error)
     part = tmp_path / "t-0"
     log = PartitionLog.create(part, LogConfig(max_decompressed_message_bytes=limit))
     log.append_batches(arr.tobytes())
