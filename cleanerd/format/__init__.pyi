@@ -60,7 +60,11 @@ from ._native_lay_out import (
     decoders as decoders,
     zstd_context as zstd_context,
 )
-from ._payloads import chunk_payloads_bound as chunk_payloads_bound, lay_out as lay_out
+from ._payloads import (
+    chunk_payloads_bound as chunk_payloads_bound,
+    lay_out as lay_out,
+    payload_ranges as payload_ranges,
+)
 from ._pointer import data_ptr as data_ptr
 from ._record_index import (
     R_HEADER_COUNT as R_HEADER_COUNT,

@@ -173,7 +173,8 @@ def _index_mixed(
         except CorruptRecordError as e:
             errors.append(e)
     limit = decompression_limit()
-    bound = (chunk_payloads_bound(limit), past_chunk_bound(limit))
+    cap = chunk_payloads_bound(limit)
+    bound = (cap, past_chunk_bound(cap, limit))
     try:
         p1, r1 = legacy.index_rows(arr, batches[old], path, check_crc, bound)
     except CorruptRecordError as e:

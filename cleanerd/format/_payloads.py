@@ -42,6 +42,7 @@ __all__ = [
     "chunk_payloads_bound",
     "lay_out",
     "past_chunk_bound",
+    "payload_ranges",
 ]
 
 _CODECS = tuple(Compression)
@@ -67,14 +68,21 @@ def chunk_payloads_bound(limit: int) -> int:
     return CHUNK_PAYLOADS_FACTOR * max(limit, CHUNK_PAYLOADS_FLOOR)
 
 
-def past_chunk_bound(limit: int) -> str:
-    """Why a chunk is refused when its payloads together pass ``chunk_payloads_bound``."""
-    floor = CHUNK_PAYLOADS_FLOOR
+def past_chunk_bound(cap: int, limit: int) -> str:
+    """Why a chunk is refused when its payloads together pass ``cap`` (``chunk_payloads_bound``
+    of ``limit``, or a caller's share of it)."""
     return (
-        f"this batch and the ones read with it decompress past {chunk_payloads_bound(limit)} "
-        f"bytes together ({CHUNK_PAYLOADS_FACTOR} x the larger of {LIMIT_SETTING} = {limit} "
-        f"and {floor})"
+        f"this batch and the ones read with it decompress past {cap} bytes together "
+        f"({CHUNK_PAYLOADS_FACTOR} x the larger of {LIMIT_SETTING} = {limit} "
+        f"and {CHUNK_PAYLOADS_FLOOR})"
     )
+
+
+def payload_ranges(batches: I64) -> tuple[I64, I64]:
+    """Where each batch's records lie in the segment it was scanned from: ``(starts, ends)``,
+    after the batch header to the end of the batch (compressed, for a compressed batch)."""
+    pos = batches[:, k.B_POS]
+    return pos + k.HEADER_SIZE, pos + batches[:, k.B_SIZE]
 
 
 def batch_payload(arr: U8, row: npt.NDArray[np.int64]) -> bytes | memoryview:
@@ -112,13 +120,10 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
     end to end in a new buffer or, with ``reuse``, in one the calling thread keeps (valid
     until its next ``reuse`` call: for a pass that is done with a chunk before the next one).
     A compressed batch with no records is never decompressed (Kafka's rule): its payload is
-    empty. ``cap`` lowers the bound on what the call lays out (at most
-    ``CHUNK_PAYLOADS_FACTOR`` times the limit): for a caller that splits one chunk between
-    threads and gives each part its share.
+    empty. ``cap`` lowers the bound on what the call lays out (``chunk_payloads_bound`` of the
+    limit): for a caller that splits one chunk between threads and gives each part its share.
     """
-    pos = batches[:, k.B_POS]
-    starts = pos + k.HEADER_SIZE
-    ends = pos + batches[:, k.B_SIZE]
+    starts, ends = payload_ranges(batches)
     codecs = batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK
     if not codecs.any():
         return Payloads(arr, starts, ends)
@@ -177,7 +182,7 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
                 part = fn[0](mv[lo:hi]) if hi - lo < fn[1] else fn[2](mv[lo:hi])
             size = len(part)
             if q + size > cap:  # checked here too: a kept buffer may be larger than cap
-                raise CorruptRecordError(past_chunk_bound(limit))
+                raise CorruptRecordError(past_chunk_bound(cap, limit))
             if q + size > buf.shape[0]:
                 buf = _buffer(q + size, reuse, buf, q, cap)
                 dst = buf.data

@@ -265,22 +265,23 @@ class PartitionLog:
         claimed, self._unclaimed_checks = self._unclaimed_checks, {}
         if epoch != self._checks_epoch:
             return frozenset()
-        ids = {id(s) for s in self.segments}
-        return frozenset(
-            i for i, (seg, key, _) in claimed.items() if i in ids and seg.file_key() == key
-        )
+        return frozenset(self._still_checked(claimed))
 
     def check_offsets_across(self) -> None:
         """``segment_list.check_offsets_across`` of the segments, taking the last batch of
         each segment a producer-state walk checked whole (still unclaimed, file unchanged)
         from that walk instead of walking it again."""
+        check_offsets_across(self.segments, self._still_checked(self._unclaimed_checks))
+
+    def _still_checked(
+        self, checks: dict[int, tuple[LogSegment, FileKey, LastBatch]]
+    ) -> dict[int, LastBatch]:
+        """Of ``checks``, those of segments still in the log with their file unchanged (same
+        object, same file key): ``id()`` -> the segment's last batch."""
         ids = {id(s) for s in self.segments}
-        walked = {
-            i: last
-            for i, (seg, key, last) in self._unclaimed_checks.items()
-            if i in ids and seg.file_key() == key
+        return {
+            i: last for i, (seg, key, last) in checks.items() if i in ids and seg.file_key() == key
         }
-        check_offsets_across(self.segments, walked)
 
     def last_stable_offset(self, fold: SegmentFold = fold_segment) -> int:
         return self.producer_state(fold).last_stable_offset(self.high_watermark)

@@ -60,6 +60,7 @@ from cleanerd.format import (
     decompression_limit,
     is_legacy,
     kernels as k,
+    payload_ranges,
     zstd_context,
 )
 from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
@@ -384,13 +385,13 @@ class _Pieces:
         lo, hi = self.bounds[i], self.bounds[i + 1]
         limit = decompression_limit()
         cap = chunk_payloads_bound(limit) if self.cap is None else self.cap
-        pos = self.sub[lo:hi, k.B_POS]
+        starts, ends = payload_ranges(self.sub[lo:hi])
         found = decoders()
         zstd = zstd_context()
         done, laid = cache_decoded_records(
             self.arr,
-            pos + k.HEADER_SIZE,
-            pos + self.sub[lo:hi, k.B_SIZE],
+            starts,
+            ends,
             self.codecs[lo:hi],
             self.base_offsets[lo:hi],
             self.last_offsets[lo:hi],
