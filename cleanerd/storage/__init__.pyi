@@ -19,7 +19,9 @@ from ._checkpoints import (
 )
 from ._chunks import (
     CHUNK_BYTES as CHUNK_BYTES,
+    CHUNK_RECORDS as CHUNK_RECORDS,
     chunk_bytes as chunk_bytes,
+    chunk_records as chunk_records,
     iter_chunks as iter_chunks,
     pages_kept as pages_kept,
     release as release,

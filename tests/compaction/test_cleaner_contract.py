@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from unittest.mock import patch
@@ -14,11 +15,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from kafka.record.memory_records import MemoryRecords
 
-from cleanerd.compaction import Throttler
-from cleanerd.compaction._cleaned import _writer as writer_mod
+from cleanerd.compaction import Throttler, _filter as filter_mod, plan_log
+from cleanerd.compaction._cleaned import _group_writer as group_writer_mod, _writer as writer_mod
 from cleanerd.compaction._cleaned._rebuild import NO_HORIZON, rebuild_batches
 from cleanerd.compaction._cleaner import Cleaner, segment_sizes
 from cleanerd.compaction._grouping import group_segments
+from cleanerd.compaction._offset_map import _build as build_mod
 from cleanerd.format import (
     ATTR_DELETE_HORIZON,
     Compression,
@@ -530,3 +532,61 @@ def test_record_cache_leaves_out_what_it_cannot_decide(tmp_path: Path, layout: s
     assert stats.messages_written == plain.messages_written
     assert stats.tombstones_removed == plain.tombstones_removed
     assert stats.batches_dropped_without_decompressing > plain.batches_dropped_without_decompressing
+
+
+@pytest.mark.parametrize("cache_bytes", [0, 1 << 20])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_chunks_cut_by_record_count_write_the_same_log_and_bound_each_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_bytes: int, threads: int
+) -> None:
+    """Chunks of many tiny records (compressed batches hold tens of thousands in a few KiB) are
+    cut at ``storage.chunk_records()``: neither pass takes more records at once, whether pass 2
+    reads the segments again or decides from pass 1's cache, and the log written is the same."""
+
+    def build(d: Path) -> PartitionLog:
+        log = new_log(d, segment_bytes=1 << 20)
+        for i in range(40):
+            size = 50 if i % 5 else 700
+            log.append(
+                [rec((i * 31 + j) % 97, None if j % 11 == 0 else j) for j in range(size)],
+                compression=Compression.ZSTD if i % 3 else Compression.LZ4,
+            )
+        log.roll()
+        return log
+
+    def run(d: Path) -> tuple[list[bytes], int, int]:
+        log = build(d)
+        seen = {"map": 0, "decide": 0}
+        map_chunk, decide = build_mod._map_chunk, filter_mod.decide_chunk
+
+        def spy_map(arr: Any, batches: Any, *args: Any, **kw: Any) -> Any:
+            seen["map"] = max(seen["map"], int(batches[:, k.B_COUNT].sum()))
+            return map_chunk(arr, batches, *args, **kw)
+
+        def spy_decide(ctx: Any, meta: Any, arr: Any, batches: Any, *args: Any, **kw: Any) -> Any:
+            seen["decide"] = max(seen["decide"], int(batches[:, k.B_COUNT].sum()))
+            return decide(ctx, meta, arr, batches, *args, **kw)
+
+        with monkeypatch.context() as m:
+            m.setattr(build_mod, "_map_chunk", spy_map)
+            m.setattr(group_writer_mod, "decide_chunk", spy_decide)
+            pool = ThreadPoolExecutor(threads - 1) if threads > 1 else None
+            try:
+                cleaner = Cleaner(offset_map(), record_cache_bytes=cache_bytes,
+                                  decompression_pool=pool)  # fmt: skip
+                config = compacted_config()
+                _, p = plan_log(log, config, LARGE_TS)
+                cleaner.clean(log, p, config, OFFSET, LARGE_TS)
+            finally:
+                if pool is not None:
+                    pool.shutdown()
+        return _log_bytes(log), seen["map"], seen["decide"]
+
+    whole, map_whole, decide_whole = run(tmp_path / "a")
+    assert map_whole > 5000  # one chunk held every record
+    assert decide_whole > 5000
+    monkeypatch.setattr(chunks_mod, "CHUNK_RECORDS", 1000)
+    cut, map_cut, decide_cut = run(tmp_path / "b")
+    assert cut == whole
+    assert map_cut <= 1000
+    assert decide_cut <= 1000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import tracemalloc
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from pathlib import Path
@@ -31,6 +32,7 @@ from cleanerd.format import (
     scan_batches,
 )
 from cleanerd.format._builder import finish_crc
+from cleanerd.format.layout import LAST_OFFSET_DELTA_AT, RECORDS_COUNT_AT
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
@@ -309,3 +311,36 @@ def test_a_piece_past_its_share_is_laid_out_with_the_whole_chunk(
         for other in _pools(pool):
             assert _same(_pass1(part, 1 << 20, 1 << 20, other), one)
     assert went == [True, False, False]  # both pool runs fell back to the whole chunk
+
+
+@pytest.mark.parametrize("codec", [Compression.ZSTD, Compression.LZ4])
+def test_a_count_past_what_the_limit_can_hold_sizes_no_rows(
+    tmp_path: Path, codec: Compression, pool: ThreadPoolExecutor
+) -> None:
+    """A compressed batch decompresses to at most ``max.decompressed.message.bytes``, so a count
+    of more 7-byte records than that holds is corrupt, and is refused before it sizes pass 1's
+    rows (25 bytes a record): 50M claimed records would have taken 1.2 GB, within the chunk's
+    bound of 512 MiB decompressed."""
+    claimed = 50_000_000
+    honest = [build_batch([Record(i, 5, b"k%d" % i, b"v")], compression=codec) for i in range(3)]
+    raw = bytearray(build_batch([Record(3, 5, b"k", b"v")], compression=codec))
+    raw[RECORDS_COUNT_AT : RECORDS_COUNT_AT + 4] = claimed.to_bytes(4, "big")
+    raw[LAST_OFFSET_DELTA_AT : LAST_OFFSET_DELTA_AT + 4] = (claimed - 1).to_bytes(4, "big")
+    arr = np.frombuffer(b"".join([*honest, bytes(finish_crc(raw))]), np.uint8)
+    part = tmp_path / "t-0"
+    log = PartitionLog.create(part, LogConfig(), clock=lambda: NOW)
+    log.append_batches(arr.tobytes())
+    log.roll()
+    log.close()
+    pos = int(scan_batches(arr).batches[3, k.B_POS])
+    for threads in (None, pool):
+        tracemalloc.start()
+        try:
+            with pytest.raises(CorruptRecordError) as raised:
+                _pass1(part, 1 << 20, 1 << 20, threads)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert raised.value.position == pos
+        assert "record count" in str(raised.value)
+        assert peak < 64 << 20, peak

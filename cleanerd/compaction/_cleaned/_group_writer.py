@@ -23,6 +23,7 @@ from cleanerd.storage import (
     AbortedTxn,
     LogSegment,
     chunk_bytes,
+    chunk_records,
     collect_aborted,
     iter_chunks,
     release,
@@ -34,7 +35,7 @@ CACHED_CHUNKS = 1
 tail of a log, where the winners are), rebuilding takes about twice a chunk's bytes (record
 index, verdicts) besides its pages; four at a time raised a 10M-record clean's peak RSS by 36 MiB
 and saved no measurable time (bench/clean.py, 1M and 10M records)."""
-_PAYLOAD_RATIO = 8  # ... and as many as hold at most 8 times their bytes decompressed
+_PAYLOAD_RATIO = 8  # ... as hold at most 8 times their bytes decompressed, and chunk_records()
 
 
 def group_chunks(
@@ -52,18 +53,21 @@ def group_chunks(
         # decompresses the batches it rebuilds together: that stays far below the bound)
         laid = cache.payload_bytes(id(seg))
         step = chunk_bytes() * CACHED_CHUNKS
+        most = chunk_records()
         i = 0
         while i < len(cached):
-            j, size, payload = i, 0, 0
+            j, size, payload, records = i, 0, 0, 0
             while j < len(cached) and (
                 j == i
                 or (
                     size + _chunk_bytes(cached[j][0]) <= step
                     and payload + laid[j] <= step * _PAYLOAD_RATIO
+                    and records + _chunk_records(cached[j][0]) <= most
                 )
             ):
                 size += _chunk_bytes(cached[j][0])
                 payload += laid[j]
+                records += _chunk_records(cached[j][0])
                 j += 1
             if j == i + 1:
                 batches, first = cached[i]
@@ -85,6 +89,10 @@ def group_chunks(
 
 def _chunk_bytes(batches: I64) -> int:
     return int(batches[:, k.B_SIZE].sum())
+
+
+def _chunk_records(batches: I64) -> int:
+    return int(batches[:, k.B_COUNT].sum())
 
 
 def add_segment_aborted(

@@ -187,11 +187,18 @@ def _put_fused(
     sub = batches[data_rows]
     if data_rows.size:
         counts = np.ascontiguousarray(sub[:, k.B_COUNT])
-        whole = chunk_payloads_bound(decompression_limit())
+        limit = decompression_limit()
+        whole = chunk_payloads_bound(limit)
+        sizes = sub[:, k.B_SIZE]
         total = int(counts.sum())
-        # a record takes at least MIN_RECORD_SIZE bytes: rows beyond what the chunk can hold
-        # decompressed are a corrupt count, which must not size an allocation
-        if (counts < 0).any() or total * k.MIN_RECORD_SIZE > whole + int(sub[:, k.B_SIZE].sum()):
+        # a record takes at least MIN_RECORD_SIZE bytes: rows beyond what a batch (or the chunk)
+        # can hold decompressed are a corrupt count, which must not size an allocation; the
+        # chunk holds at most ``storage.chunk_records()`` records unless one batch holds more
+        if (
+            (counts < 0).any()
+            or (counts * k.MIN_RECORD_SIZE > np.maximum(sizes, limit)).any()
+            or total * k.MIN_RECORD_SIZE > whole + int(sizes.sum())
+        ):
             index_and_hash(arr, sub, path)  # raises the reader's error for these batches
             raise AssertionError(f"{path}: record counts the reader accepts are out of bounds")
         # a chunk's worth of room for the kernels; the record cache then takes offsets and flags
