@@ -17,7 +17,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cleanerd.compaction import Cleaner, CleanerStats, OffsetMap, clean_once, open_log
+from cleanerd.compaction import (
+    Cleaner,
+    CleanerStats,
+    OffsetMap,
+    _filter as filter_mod,
+    clean_once,
+    open_log,
+)
+from cleanerd.compaction._cleaned import _group_writer as group_writer_mod
 from cleanerd.compaction._offset_map import _build
 from cleanerd.compaction._offset_map._build import build_offset_map
 from cleanerd.compaction._offset_map._record_cache import RecordCache
@@ -33,7 +41,7 @@ from cleanerd.format import (
 )
 from cleanerd.format._builder import finish_crc
 from cleanerd.format.layout import LAST_OFFSET_DELTA_AT, RECORDS_COUNT_AT
-from cleanerd.storage import PartitionLog
+from cleanerd.storage import PartitionLog, _chunks as chunks_mod
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
 from tests.support.bombs import bomb_batch, files_of
@@ -344,3 +352,37 @@ def test_a_count_past_what_the_limit_can_hold_sizes_no_rows(
         assert raised.value.position == pos
         assert "record count" in str(raised.value)
         assert peak < 64 << 20, peak
+
+
+@pytest.mark.parametrize("codec", ["lz4", "zstd"])
+def test_with_a_pool_pass_1_reads_larger_chunks_and_pass_2_rebuilds_no_more_at_once(
+    tmp_path: Path, codec: str, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pass 1 with a pool reads ``PASS_1_CHUNKS`` chunks at a time (fewer waits for the pool
+    thread); pass 2 takes what it cached in parts of one chunk's bytes, so what it rebuilds at
+    once does not grow, and the cleaned log is the one a single thread writes."""
+    src = _log(tmp_path / "src", codec)
+    step = 16 << 10
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", step)
+    seen: dict[str, list[int]] = {"map": [], "decide": []}
+    map_chunk, decide = _build._map_chunk, filter_mod.decide_chunk
+
+    def spy_map(arr: Any, batches: Any, *args: Any, **kw: Any) -> Any:
+        seen["map"].append(int(batches[:, k.B_SIZE].sum()))
+        return map_chunk(arr, batches, *args, **kw)
+
+    def spy_decide(ctx: Any, meta: Any, arr: Any, batches: Any, *args: Any, **kw: Any) -> Any:
+        seen["decide"].append(int(batches[:, k.B_SIZE].sum()) if batches.shape[0] > 1 else 0)
+        return decide(ctx, meta, arr, batches, *args, **kw)
+
+    monkeypatch.setattr(_build, "_map_chunk", spy_map)
+    monkeypatch.setattr(group_writer_mod, "decide_chunk", spy_decide)
+    one = _cleaned(src, tmp_path / "one" / "t-0", 1 << 20, None)
+    assert max(seen["map"]) <= step
+    seen["map"].clear()
+    seen["decide"].clear()
+    two = _cleaned(src, tmp_path / "two" / "t-0", 1 << 20, pool)
+    assert max(seen["map"]) > step  # pass 1 read larger chunks
+    assert max(seen["map"]) <= _build.PASS_1_CHUNKS * step
+    assert 0 < max(seen["decide"]) <= step
+    assert files_of(two) == files_of(one)

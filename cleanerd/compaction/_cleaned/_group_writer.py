@@ -51,9 +51,9 @@ def group_chunks(
         # nothing is read to decide these: take several of pass 1's chunks at a time, as long
         # as their records took at most 8 times their bytes decompressed in pass 1 (pass 2
         # decompresses the batches it rebuilds together: that stays far below the bound)
-        laid = cache.payload_bytes(id(seg))
         step = chunk_bytes() * CACHED_CHUNKS
         most = chunk_records()
+        cached, laid = _cut(cached, cache.payload_bytes(id(seg)), step)
         i = 0
         while i < len(cached):
             j, size, payload, records = i, 0, 0, 0
@@ -85,6 +85,31 @@ def group_chunks(
         arr, path=path, prev_last_offset=seg.base_offset - 1, check_crc=False
     ):
         yield batches, cache.first_records(id(seg), batches) if cache is not None else None
+
+
+def _cut(
+    chunks: list[tuple[I64, I64]], laid: list[int], step: int
+) -> tuple[list[tuple[I64, I64]], list[int]]:
+    """Pass 1's chunks cut at whole batches into parts of at most ``step`` bytes (a larger
+    batch alone), each with its share of what the chunk took decompressed: pass 1 reads larger
+    chunks with a pool (``PASS_1_CHUNKS``), and pass 2 rebuilds no more at once for that."""
+    parts: list[tuple[I64, I64]] = []
+    shares: list[int] = []
+    for (batches, first), payload in zip(chunks, laid, strict=True):
+        total = _chunk_bytes(batches)
+        if total <= step or batches.shape[0] < 2:
+            parts.append((batches, first))
+            shares.append(payload)
+            continue
+        ends = np.cumsum(batches[:, k.B_SIZE])
+        lo = 0
+        while lo < batches.shape[0]:
+            before = int(ends[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(ends, before + step, side="right")))
+            parts.append((batches[lo:hi], first[lo:hi]))
+            shares.append(-(-payload * (int(ends[hi - 1]) - before) // total))
+            lo = hi
+    return parts, shares
 
 
 def _chunk_bytes(batches: I64) -> int:

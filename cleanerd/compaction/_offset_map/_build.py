@@ -63,7 +63,7 @@ from cleanerd.format import (
     payload_ranges,
     zstd_context,
 )
-from cleanerd.storage import LogSegment, collect_aborted, iter_chunks
+from cleanerd.storage import LogSegment, chunk_bytes, collect_aborted, iter_chunks
 from cleanerd.topics import StrategyConfig
 
 Arr = npt.NDArray[Any]
@@ -245,6 +245,13 @@ def _put_fused(
         return full_record, int(data_rows[row]), True
     return records, nb, False
 
+
+PASS_1_CHUNKS = 4
+"""With a pool, pass 1 reads this many chunks (``storage.chunk_bytes()``) at a time: between two
+chunks the pool thread waits while this one puts the last piece and sets up the next, so fewer,
+larger chunks keep it busier. Each piece still takes at most half the chunk's decompression
+bound, the chunk at most ``storage.chunk_records()`` records, and pass 2 takes what pass 1
+cached in parts of one chunk's bytes (``group_chunks``)."""
 
 POOL_PIECES = 8
 """With a pool, a chunk's data batches are split into this many pieces (by compressed bytes),
@@ -563,6 +570,7 @@ def build_offset_map(
         touched = touched_bitmap(omap)
     meta = CleanedTransactionMetadata(collect_aborted(log_segments, start, end))
     result = MapBuild(end_offset=start, full=False)
+    step = chunk_bytes() * (PASS_1_CHUNKS if pool is not None else 1)
     for i, seg in enumerate(dirty):
         next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
         _, position = seg.offset_index.lookup(start)
@@ -571,7 +579,7 @@ def build_offset_map(
         prev = seg.base_offset - 1 if position == 0 else -1
         crc = id(seg) not in prechecked
         for batches in iter_chunks(
-            arr, path=path, start=position, prev_last_offset=prev, check_crc=crc
+            arr, path=path, start=position, prev_last_offset=prev, check_crc=crc, chunk_bytes=step
         ):
             on_chunk(int(batches[:, k.B_SIZE].sum()))
             if _map_chunk(
