@@ -143,7 +143,8 @@ def lay_out(arr: U8, batches: I64, *, reuse: bool = False, cap: int | None = Non
     # batches it leaves (another codec, no room, anything the binding must decide: see
     # ``_native_lay_out``) are done here, one at a time, before it goes on from the next
     found = decoders()
-    fast = not found.codecs.isdisjoint(np.unique(codecs).tolist())
+    # the codecs present (0-7: attribute bits); np.unique would import numpy.ma on first use
+    fast = not found.codecs.isdisjoint(np.flatnonzero(np.bincount(codecs)).tolist())
     zstd = zstd_context() if fast else None
     los, his, cs, nums = starts.tolist(), ends.tolist(), codecs.tolist(), counts.tolist()
     try:

@@ -183,7 +183,9 @@ def rebuild_batches(
     lo = np.searchsorted(kept_batch, rows, side="left")
     hi = np.searchsorted(kept_batch, rows, side="right")
     counts = hi - lo
-    sel = kept[np.isin(kept_batch, rows)]  # both ascending: the kept records of ``rows``
+    # both ascending: the kept records of ``rows`` (np.isin would import numpy.ma on first use)
+    at = np.minimum(np.searchsorted(rows, kept_batch), max(rows.size - 1, 0))
+    sel = kept[rows[at] == kept_batch] if rows.size else kept[:0]
     ts = records[sel, k.R_TIMESTAMP]
     first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.intp)
     horizon = stamp_horizon[rows]
