@@ -24,6 +24,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ from cleanerd.compaction import (
     Progress,
     compact_directory,
     compile_clock,
+    decompression_pool,
     slot_bytes,
 )
 from cleanerd.format import CorruptRecordError
@@ -155,7 +157,11 @@ def compact(
                     print_error(f"{e}")
                     raise SystemExit(1) from None
         _warn_unused_checkpoints({t.directory.parent / RECOVERY_POINT_CHECKPOINT for t, _ in jobs})
-        results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, roll_active, fmt)
+        # one cleaning at a time: a core left beside it decompresses part of pass 1
+        pool = decompression_pool(1)
+        if pool is not None:
+            stack.callback(pool.shutdown)
+        results, failures = _run(jobs, now, dedupe_buffer_bytes, dry_run, roll_active, fmt, pool)
     if fmt == "text":
         _print_table(results, failures, dry_run)
     if failures:
@@ -177,7 +183,13 @@ def _warn_unused_checkpoints(paths: set[Path]) -> None:
 
 
 def _run(
-    jobs: list[Job], now: int, map_bytes: int, dry_run: bool, roll_active: bool, fmt: str
+    jobs: list[Job],
+    now: int,
+    map_bytes: int,
+    dry_run: bool,
+    roll_active: bool,
+    fmt: str,
+    pool: Executor | None = None,
 ) -> tuple[list[CompactionSummary], list[str]]:
     """Compact each partition in turn; a failure (corrupt data, a partition dir that cannot be
     read) is reported naming the file and the reason, and the next one goes on."""
@@ -200,6 +212,7 @@ def _run(
                         dry_run=dry_run,
                         progress=report,
                         roll_active=roll_active,
+                        decompression_pool=pool,
                     )
                 summary = summary.without_compile_time(jit.seconds, jit.compiled)
             except (CorruptRecordError, StorageError, CompactionError, OSError) as e:

@@ -37,6 +37,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
 
 from cleanerd.compaction._bounds import nothing_cleanable_reason
@@ -101,6 +102,7 @@ def compact_partition(
     roll_active: bool = False,
     passes: PassFactory | None = None,
     engine: str | None = None,
+    decompression_pool: Executor | None = None,
 ) -> CompactionSummary:
     """Clean ``log`` until it is as compact as the rules allow at ``now_ms``; see the module doc.
 
@@ -124,9 +126,10 @@ def compact_partition(
             roll_active=roll_active,
             passes=passes,
             engine=engine,
+            decompression_pool=decompression_pool,
         )
     args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check, passes)
-    return _Run(log, *args, engine=engine).run(roll_active=roll_active)
+    return _Run(log, *args, engine=engine, pool=decompression_pool).run(roll_active=roll_active)
 
 
 def compact_directory(
@@ -145,26 +148,29 @@ def compact_directory(
     roll_active: bool = False,
     passes: PassFactory | None = None,
     engine: str | None = None,
+    decompression_pool: Executor | None = None,
 ) -> CompactionSummary:
     """Open the partition dir (or, for a dry run, a copy of it in ``temp_root``) and compact it.
 
     ``passes`` makes the cleaner of each pass instead of a local ``Cleaner`` (the Spark engine's
     hook: same passes, sweeps and summary, the map built elsewhere). ``engine`` is what the
     erasure ledger entry names (default: ``local``, or ``spark`` with ``passes``); a dry run
-    writes its entry into the copy, so none reaches the partition."""
+    writes its entry into the copy, so none reaches the partition. ``decompression_pool``: the
+    local ``Cleaner``'s (``decompression_pool``), which the caller shuts down."""
     directory = Path(directory)
     args = (config, strategy, now_ms, map_bytes, load_factor, progress, abort_check, passes)
+    pool = decompression_pool
     if not dry_run:
         log = PartitionLog(directory, log_config)
         try:
-            return _Run(log, *args, engine=engine).run(roll_active=roll_active)
+            return _Run(log, *args, engine=engine, pool=pool).run(roll_active=roll_active)
         finally:
             log.close()
     with tempfile.TemporaryDirectory(prefix="cleanerd-dry-run-", dir=temp_root) as tmp:
         copy = copy_partition(directory, Path(tmp))
         log = PartitionLog(copy, log_config)
         try:
-            summary = _Run(log, *args, engine=engine).run(roll_active=roll_active)
+            summary = _Run(log, *args, engine=engine, pool=pool).run(roll_active=roll_active)
         finally:
             log.close()
     return dataclasses.replace(summary, directory=str(directory), dry_run=True)
@@ -198,6 +204,7 @@ class _Run:
         passes: PassFactory | None = None,
         *,
         engine: str | None = None,
+        pool: Executor | None = None,
     ) -> None:
         self.log = log
         self.engine = engine or (ENGINE_LOCAL if passes is None else ENGINE_SPARK)
@@ -208,7 +215,7 @@ class _Run:
         self.now_ms = now_ms
         self.io = Throttler(None)  # unlimited: only counts the bytes, for progress
         self.cleaner: PassCleaner = (
-            Cleaner(OffsetMap(map_bytes, strategy, load_factor), self.io)
+            Cleaner(OffsetMap(map_bytes, strategy, load_factor), self.io, decompression_pool=pool)
             if passes is None
             else passes(self.io)
         )

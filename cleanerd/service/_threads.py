@@ -7,11 +7,9 @@ HTTP handlers' file reads and Spark progress polls run in ``SERVICE_THREADS`` th
 burst of HTTP requests never takes a cleaning's thread; asyncio's default pool serves neither.
 
 One cleaning of a compressed log also decompresses part of each chunk of pass 1 in a thread of
-``decompression_pool``: one pool for the whole daemon, shared by the ``log.cleaner.threads``
-cleanings, of ``decompression_threads`` threads (``cleanerd-decompress``): one when a core is left
-beside the cleanings, none when there are as many cleanings as cores (a third thread on two
-busy cores only takes turns with them, and hands chunks back and forth for nothing). Each holds
-at most its share of one chunk's payloads (``format.chunk_payloads_bound``, split).
+the daemon's one ``compaction.decompression_pool`` (``cleanerd-decompress``), shared by the
+``log.cleaner.threads`` cleanings: the rule for its size is compaction's. Each holds at most its
+share of one chunk's payloads (``format.chunk_payloads_bound``, split).
 
 A job runs in a copy of the caller's context, as ``asyncio.to_thread`` does (the codecs'
 decompression limit is a context variable). A thread cannot be interrupted: ``close`` stops
@@ -24,7 +22,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -33,24 +30,6 @@ T = TypeVar("T")
 SERVICE_THREADS = 4
 """Threads for surveys, maintenance, HTTP file reads and Spark polls: each job is short, and
 the manager loop runs one survey or maintenance step at a time."""
-
-
-def decompression_threads(cleanings: int, cores: int | None = None) -> int:
-    """Threads of the daemon's decompression pool for ``cleanings`` at once on ``cores``
-    (default: the CPUs this process may run on): one when a core is left beside the cleanings,
-    none otherwise."""
-    if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return 1 if (cores or 1) > max(cleanings, 1) else 0
-
-
-def decompression_pool(cleanings: int) -> concurrent.futures.ThreadPoolExecutor | None:
-    """The pool the daemon's ``cleanings`` cleaners share for pass 1's decompression, or None
-    (no core left beside them)."""
-    threads = decompression_threads(cleanings)
-    if threads < 1:
-        return None
-    return concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="cleanerd-decompress")
 
 
 class Blocking(Protocol):

@@ -28,7 +28,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from cleanerd.compaction import CleaningAbortedError, Throttler
+from cleanerd.compaction import (
+    CleaningAbortedError,
+    Throttler,
+    decompression_pool,
+    decompression_threads,
+)
 from cleanerd.config import CleanerdConfig
 from cleanerd.scheduling import CleanerManager, CleanOutcome, Grab, SnapshotGrab, locate
 from cleanerd.service._budget import DedupeBudget
@@ -37,13 +42,7 @@ from cleanerd.service._logging import get_logger
 from cleanerd.service._snapshot_job import run_snapshot
 from cleanerd.service._spark_engine import SparkEngine
 from cleanerd.service._status import WorkerStatus
-from cleanerd.service._threads import (
-    Blocking,
-    ThreadPool,
-    decompression_pool,
-    decompression_threads,
-    in_default_pool,
-)
+from cleanerd.service._threads import Blocking, ThreadPool, in_default_pool
 from cleanerd.storage import TopicPartition
 
 log = get_logger("cleanerd.worker")

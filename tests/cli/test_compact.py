@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +24,12 @@ import pytest
 from click.testing import Result
 
 from cleanerd.cli._compact import _print_table
-from cleanerd.compaction import CompactionProgress, cleaner_checkpoint, compact_partition
+from cleanerd.compaction import (
+    CompactionProgress,
+    _cleaner as cleaner_mod,
+    cleaner_checkpoint,
+    compact_partition,
+)
 from cleanerd.format import Record, kernels as k
 from cleanerd.inspect import verify_path
 from cleanerd.storage import PartitionLog
@@ -522,3 +529,34 @@ def test_table_reports_compile_time_apart(
     assert "+ 30.00 s compiling 12 numba kernels (`cleanerd warmup` compiles them ahead)" in out
     _print_table([summary], [], dry_run=True)  # a warm cache: nothing to say
     assert "numba" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("cores", "helpers"), [(2, 1), (1, 0)])
+def test_compact_decompresses_on_a_core_left_beside_the_cleaning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int, helpers: int
+) -> None:
+    """With a second core, pass 1 of a compressed log decompresses part of each chunk there
+    (the daemon's rule for one cleaning), and the log written is the one a single thread
+    writes; the pool's thread is gone when the command returns."""
+    one = make_log(tmp_path, "one", codec="zstd")
+    two = make_log(tmp_path, "two", codec="zstd")
+    compact_json(one, *ZERO)  # whatever this machine has
+    pools: list[Any] = []
+    original = cleaner_mod.Cleaner.__init__
+
+    def spy(self: Any, *args: Any, **kw: Any) -> None:
+        pools.append(kw.get("decompression_pool"))
+        original(self, *args, **kw)
+
+    monkeypatch.setattr(cleaner_mod.Cleaner, "__init__", spy)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    threads_before = {t.name for t in threading.enumerate()}
+    compact_json(two, *ZERO)
+    assert pools
+    for pool in pools:
+        assert (pool._max_workers if pool is not None else 0) == helpers
+    assert {t.name for t in threading.enumerate()} <= threads_before
+    segments = ("*.log", "*.index", "*.timeindex", "*.txnindex")
+    for pattern in segments:
+        mine = {p.name: p.read_bytes() for p in (two / "demo-0").glob(pattern)}
+        assert mine == {p.name: p.read_bytes() for p in (one / "demo-0").glob(pattern)}

@@ -13,11 +13,10 @@ from pathlib import Path
 import pytest
 import structlog
 
-from cleanerd.compaction import Throttler
+from cleanerd.compaction import Throttler, decompression_threads
 from cleanerd.scheduling import CleanerManager, Grab
 from cleanerd.service import _clean_job as clean_job, _workers as workers
 from cleanerd.service._budget import DedupeBudget
-from cleanerd.service._threads import decompression_threads
 from cleanerd.service._workers import PoolSettings, WorkerPool
 from cleanerd.storage import TopicPartition
 from tests.support.polling import until
