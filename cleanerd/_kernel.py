@@ -176,7 +176,7 @@ class Kernel(Generic[F]):
                 )
                 entry = self._seen.get(seen, _NEW)
                 if entry is _NEW:
-                    entry = self._seen[seen] = light.get(tuple(map(_arg_key, args)))
+                    entry = self._seen[seen] = _entry_for(light, tuple(map(_arg_key, args)))
                 if entry is not None:
                     return entry(*args)
             dispatcher = self.dispatcher
@@ -680,6 +680,38 @@ def _array_key(value: Any) -> Any:
 _ARRAY = np.ndarray
 _INT64, _UINT64, _BOOL, _FLOAT64 = ("s", "int64"), ("s", "uint64"), ("s", "bool"), ("s", "float64")
 _NUMPY_SCALARS = (np.bool_, np.integer, np.floating)
+
+
+def _entry_for(light: dict[tuple[Any, ...], Any], keys: tuple[Any, ...]) -> Any:
+    """The kept entry for arguments of these keys: the one compiled for exactly them, else one
+    whose any-layout ("A") arrays take the contiguous ones given (None: numba decides).
+
+    numpy calls an array of one element (or none) contiguous whatever its strides, so a column
+    of a batch matrix holding one batch is a "C" array where the same column of two batches is
+    "A": without this, a chunk of one batch had numba compile a kernel anew (and import numba)
+    in the middle of a cleaning. Code compiled for "A" reads the strides, so it takes any
+    layout."""
+    entry = light.get(keys)
+    if entry is not None or None in keys:
+        return entry
+    for kept, found in light.items():
+        if len(kept) == len(keys) and all(map(_takes, kept, keys)):
+            return found
+    return None
+
+
+def _takes(kept: Any, given: Any) -> bool:
+    """Whether code compiled for the argument key ``kept`` takes an argument of key ``given``."""
+    if kept == given:
+        return True
+    return (
+        type(kept) is tuple
+        and type(given) is tuple
+        and len(kept) == len(given) == 5
+        and kept[0] == given[0] == "a"
+        and kept[3] == "A"
+        and (kept[1], kept[2], kept[4]) == (given[1], given[2], given[4])
+    )
 
 
 def _arg_key(value: Any) -> Any:

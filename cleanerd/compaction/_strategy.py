@@ -111,25 +111,28 @@ def header_version(payload: Arr, pos: int, count: int, name: Arr) -> tuple[Any, 
 
 
 @kernel(nogil=True)
-def record_versions(payload: Arr, records: Arr, header_name_bytes: Arr) -> tuple[Arr, Arr, int]:
-    """Header-strategy versions of every record (rows with ``kernels.R_*`` columns).
-
-    Returns ``(versions int64[n], has_version bool[n], wrong_length_count)``; a record without a
-    version has version 0 and ``has_version`` False.
+def record_versions(
+    payload: Arr, records: Arr, header_name_bytes: Arr, versions: Arr, has_version: Arr
+) -> int:
+    """Header-strategy versions of every record (rows with ``kernels.R_*`` columns), written to
+    ``versions`` (int64) and ``has_version`` (bool), one per record; returns how many had a
+    version header of the wrong length. A record without a version has version 0 and
+    ``has_version`` False. The caller gives the room: a kernel returning arrays it made would
+    need numba's Python side to hand them over, which imports the numba package.
     """
     n = records.shape[0]
-    versions = np.zeros(n, dtype=np.int64)
-    has = np.zeros(n, dtype=np.bool_)
+    if versions.shape[0] < n or has_version.shape[0] < n:
+        raise ValueError("record_versions: no room for the versions")
     wrong = 0
     for i in range(n):
         v, h, w = header_version(
             payload, records[i, R_HEADERS_POS], records[i, R_HEADER_COUNT], header_name_bytes
         )
         versions[i] = v
-        has[i] = h
+        has_version[i] = h
         if w:
             wrong += 1
-    return versions, has, wrong
+    return wrong
 
 
 def compute_versions(config: StrategyConfig, payload: Arr, records: Arr) -> tuple[Arr, Arr, int]:
@@ -143,6 +146,8 @@ def compute_versions(config: StrategyConfig, payload: Arr, records: Arr) -> tupl
         return records[:, R_TIMESTAMP].copy(), np.ones(n, dtype=np.bool_), 0
     if config.strategy is Strategy.HEADER:
         name = np.frombuffer(config.header_name_bytes, dtype=np.uint8)
-        versions, has, wrong = record_versions(payload, records, name)
+        versions = np.empty(n, dtype=np.int64)
+        has = np.empty(n, dtype=np.bool_)
+        wrong = record_versions(payload, records, name, versions, has)
         return versions, has, int(wrong)
     return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.bool_), 0

@@ -413,7 +413,9 @@ def test_record_versions_on_real_batches(codec: Compression) -> None:
     ]
     buf = build_batch(recs[:5], compression=codec) + build_batch(recs[5:], compression=codec)
     payload, records = index_batches(buf, scan_batches(buf).batches)
-    versions, has, wrong = record_versions(payload, records, np.frombuffer(b"v", np.uint8))
+    versions = np.full(len(records), -7, dtype=np.int64)  # every row is written
+    has = np.ones(len(records), dtype=np.bool_)
+    wrong = record_versions(payload, records, np.frombuffer(b"v", np.uint8), versions, has)
     assert wrong == sum(w for _h, _v, w in HEADER_CASES)
     for i, (_hdrs, expected, _w) in enumerate(HEADER_CASES):
         assert bool(has[i]) == (expected is not None)

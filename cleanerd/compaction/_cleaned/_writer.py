@@ -65,15 +65,18 @@ _NO_BYTES = np.zeros(0, dtype=np.uint8)
 
 
 @kernel(nogil=True)
-def append_groups(sizes: Arr, fill: int, limit: int) -> Arr:
-    """Ends of the appends the batches of ``sizes`` close, after ``fill`` pending bytes.
+def append_groups(sizes: Arr, fill: int, limit: int, ends: Arr) -> int:
+    """Ends of the appends the batches of ``sizes`` close, after ``fill`` pending bytes, into
+    ``ends`` (room for ``2 * len(sizes) + 1``); returns how many.
 
     Batches are taken whole and in order: one that does not fit in ``limit`` behind what is
     pending closes the append before it (an end equal to the previous one flushes only what
     was pending); an append closes as soon as it holds ``limit`` bytes. The batches after the
-    last end stay pending.
+    last end stay pending. The caller gives the room: a kernel returning an array it made
+    would need numba's Python side to hand it over, which imports the numba package.
     """
-    ends = np.empty(2 * sizes.shape[0] + 1, dtype=np.int64)
+    if ends.shape[0] < 2 * sizes.shape[0] + 1:
+        raise ValueError("append_groups: no room for the ends")
     n = 0
     for i in range(sizes.shape[0]):
         if fill > 0 and fill + sizes[i] > limit:
@@ -85,7 +88,7 @@ def append_groups(sizes: Arr, fill: int, limit: int) -> Arr:
             ends[n] = i + 1
             n += 1
             fill = 0
-    return ends[:n]
+    return n
 
 
 @kernel(nogil=True)
@@ -296,7 +299,8 @@ class CleanedSegmentWriter:
     def _put_fitting(self, p: _Pieces, lo0: int, n: int) -> None:
         """Batches ``lo0..n-1`` in appends of about ``APPEND_BYTES``; the last stays queued."""
         lo = lo0
-        ends = append_groups(p.size[lo0:n], len(self._buf), APPEND_BYTES) + lo0
+        ends = np.empty(2 * (n - lo0) + 1, dtype=np.int64)
+        ends = ends[: append_groups(p.size[lo0:n], len(self._buf), APPEND_BYTES, ends)] + lo0
         for hi in [*ends.tolist(), None]:
             end = n if hi is None else hi
             if end > lo:

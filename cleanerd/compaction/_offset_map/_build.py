@@ -619,10 +619,11 @@ def _mark_winners(omap: OffsetMap, touched: Arr, cache: RecordCache) -> None:
     n = cache.records
     if n == 0:
         return
-    winners = np.sort(map_offsets(omap.table, touched))
-    if winners.shape[0] != omap.size or not cache.ascending:
+    winners = np.empty(omap.size, dtype=np.int64)
+    if map_offsets(omap.table, touched, winners) != omap.size or not cache.ascending:
         cache.forget_records()  # the first: never (every put marks its slot)
         return
+    winners.sort()
     winners -= cache.base  # the cache's offsets are relative to it; the map's are all past it
     mark_winners(winners, cache.offsets, cache.flags, n)
 
