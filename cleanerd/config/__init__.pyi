@@ -29,6 +29,6 @@ from ._tls import (
 )
 from ._warnings import (
     config_warnings as config_warnings,
-    exposure_warning as exposure_warning,
+    http_warnings as http_warnings,
     is_loopback_host as is_loopback_host,
 )

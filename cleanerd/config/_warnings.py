@@ -2,7 +2,8 @@
 
 A config can pass validation and yet not work (``log.dirs`` naming a dir that does not exist,
 which only ``cleanerd run`` would find) or work unsafely (the HTTP port open to the network with
-no admin token). These are warnings, not errors: the config is valid, the operator decides.
+no admin token, or its token sent in clear). These are warnings, not errors: the config is
+valid, the operator decides.
 """
 
 from __future__ import annotations
@@ -51,6 +52,28 @@ def exposure_warning(config: CleanerdConfig) -> str | None:
     )
 
 
+def cleartext_token_warning(config: CleanerdConfig) -> str | None:
+    """The warning for an admin token sent over plain HTTP from beyond loopback: every request
+    that carries it shows it to whoever is on the path, who can then pause, resume and clean."""
+    host = config.http_host
+    if host is None or not config.admin_token or is_loopback_host(host):
+        return None
+    if config.tls_cert_file is not None:
+        return None
+    return (
+        f"cleanerd.http.listen = {join_listen(host, config.http_port)} serves plain HTTP beyond "
+        "loopback with a cleanerd.admin.token: the token crosses the network in clear with "
+        "every request that carries it; set cleanerd.http.tls.cert.file and "
+        "cleanerd.http.tls.key.file, or listen on 127.0.0.1"
+    )
+
+
+def http_warnings(config: CleanerdConfig) -> list[str]:
+    """Every warning about the HTTP port: open without a token, or a token sent in clear."""
+    found = (exposure_warning(config), cleartext_token_warning(config))
+    return [w for w in found if w is not None]
+
+
 def log_dir_problem(path: Path) -> str | None:
     """Why ``path`` cannot be a log dir (missing, not a directory, not accessible), or None."""
     try:
@@ -66,13 +89,10 @@ def log_dir_problem(path: Path) -> str | None:
 
 
 def config_warnings(config: CleanerdConfig, log_dirs_source: str = "default") -> list[str]:
-    """Every warning for ``config``: log dirs that cannot be used, an exposed HTTP port."""
+    """Every warning for ``config``: log dirs that cannot be used, the HTTP port's."""
     found = [
         f"{problem} (log.dirs from {log_dirs_source}); cleanerd run would refuse to start"
         for path in config.log_dirs
         if (problem := log_dir_problem(path)) is not None
     ]
-    exposed = exposure_warning(config)
-    if exposed is not None:
-        found.append(exposed)
-    return found
+    return found + http_warnings(config)

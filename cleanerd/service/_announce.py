@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from cleanerd.config import CleanerdConfig, exposure_warning, join_listen
+from cleanerd.config import CleanerdConfig, http_warnings, join_listen
 from cleanerd.scheduling import CleaningState, PartitionStatus
 from cleanerd.service._logging import get_logger
 
@@ -23,10 +23,10 @@ def status_line(statuses: Collection[PartitionStatus]) -> str:
 
 
 def log_listening(config: CleanerdConfig) -> None:
-    """Warn when the HTTP port is reachable from the network without an admin token."""
-    exposed = exposure_warning(config)
-    if exposed is not None:
-        log.warning(exposed)
+    """Warn when the HTTP port is reachable from the network without an admin token, or when
+    its token crosses the network in clear."""
+    for warning in http_warnings(config):
+        log.warning(warning)
 
 
 def log_ready(
@@ -39,7 +39,8 @@ def log_ready(
         partitions=len(statuses),
         compacted=sum(1 for s in statuses if s.compacted),
         workers=config.threads,
-        http=f"http://{join_listen(config.http_host, http_port)}"
+        http=f"{'https' if config.tls_cert_file else 'http'}://"
+        f"{join_listen(config.http_host, http_port)}"
         if http_port is not None and config.http_host is not None
         else None,
     )
