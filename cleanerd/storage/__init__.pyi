@@ -20,6 +20,7 @@ from ._checkpoints import (
 from ._chunks import (
     CHUNK_BYTES as CHUNK_BYTES,
     CHUNK_RECORDS as CHUNK_RECORDS,
+    batch_runs as batch_runs,
     chunk_bytes as chunk_bytes,
     chunk_records as chunk_records,
     iter_chunks as iter_chunks,

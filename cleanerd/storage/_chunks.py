@@ -124,17 +124,19 @@ def iter_chunks(
 
 def _by_records(batches: I64) -> Iterator[I64]:
     """``batches`` in runs of at most ``CHUNK_RECORDS`` records (a larger batch alone)."""
-    counts = batches[:, k.B_COUNT]
-    most = chunk_records()
-    if int(counts.sum()) <= most:
-        yield batches
-        return
-    ends = np.cumsum(counts)
+    for lo, hi in batch_runs(batches[:, k.B_COUNT], chunk_records()):
+        yield batches[lo:hi]
+
+
+def batch_runs(values: I64, most: int) -> Iterator[tuple[int, int]]:
+    """Consecutive runs ``[lo, hi)`` of batches, in order, whose ``values`` (one a batch: its
+    records, its bytes) add up to at most ``most``; a batch past ``most`` is a run on its own."""
+    ends = np.cumsum(values)
     lo = 0
-    while lo < batches.shape[0]:
+    while lo < values.shape[0]:
         before = int(ends[lo - 1]) if lo else 0
         hi = max(lo + 1, int(np.searchsorted(ends, before + most, side="right")))
-        yield batches[lo:hi]
+        yield lo, hi
         lo = hi
 
 

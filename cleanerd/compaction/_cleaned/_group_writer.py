@@ -22,6 +22,7 @@ from cleanerd.format import I64, U8, kernels as k
 from cleanerd.storage import (
     AbortedTxn,
     LogSegment,
+    batch_runs,
     chunk_bytes,
     chunk_records,
     collect_aborted,
@@ -54,20 +55,22 @@ def group_chunks(
         step = chunk_bytes() * CACHED_CHUNKS
         most = chunk_records()
         cached, laid = _cut(cached, cache.payload_bytes(id(seg)), step)
+        sizes = [_chunk_bytes(b) for b, _ in cached]
+        counts = [int(b[:, k.B_COUNT].sum()) for b, _ in cached]
         i = 0
         while i < len(cached):
             j, size, payload, records = i, 0, 0, 0
             while j < len(cached) and (
                 j == i
                 or (
-                    size + _chunk_bytes(cached[j][0]) <= step
+                    size + sizes[j] <= step
                     and payload + laid[j] <= step * _PAYLOAD_RATIO
-                    and records + _chunk_records(cached[j][0]) <= most
+                    and records + counts[j] <= most
                 )
             ):
-                size += _chunk_bytes(cached[j][0])
+                size += sizes[j]
                 payload += laid[j]
-                records += _chunk_records(cached[j][0])
+                records += counts[j]
                 j += 1
             if j == i + 1:
                 batches, first = cached[i]
@@ -97,27 +100,19 @@ def _cut(
     shares: list[int] = []
     for (batches, first), payload in zip(chunks, laid, strict=True):
         total = _chunk_bytes(batches)
-        if total <= step or batches.shape[0] < 2:
+        if total <= step:
             parts.append((batches, first))
             shares.append(payload)
             continue
-        ends = np.cumsum(batches[:, k.B_SIZE])
-        lo = 0
-        while lo < batches.shape[0]:
-            before = int(ends[lo - 1]) if lo else 0
-            hi = max(lo + 1, int(np.searchsorted(ends, before + step, side="right")))
-            parts.append((batches[lo:hi], first[lo:hi]))
-            shares.append(-(-payload * (int(ends[hi - 1]) - before) // total))
-            lo = hi
+        for lo, hi in batch_runs(batches[:, k.B_SIZE], step):
+            part = batches[lo:hi]
+            parts.append((part, first[lo:hi]))
+            shares.append(-(-payload * _chunk_bytes(part) // total))
     return parts, shares
 
 
 def _chunk_bytes(batches: I64) -> int:
     return int(batches[:, k.B_SIZE].sum())
-
-
-def _chunk_records(batches: I64) -> int:
-    return int(batches[:, k.B_COUNT].sum())
 
 
 def add_segment_aborted(
