@@ -61,6 +61,8 @@ from ._native_lay_out import (
     zstd_context as zstd_context,
 )
 from ._payloads import (
+    RECORD_INDEX_BYTES as RECORD_INDEX_BYTES,
+    batch_records_bound as batch_records_bound,
     chunk_payloads_bound as chunk_payloads_bound,
     lay_out as lay_out,
     payload_ranges as payload_ranges,

@@ -19,8 +19,14 @@ from cleanerd.format import _legacy as legacy, kernels as k
 from cleanerd.format._codecs import decompression_limit
 from cleanerd.format._crc import crc_reason
 from cleanerd.format._errors import CorruptRecordError
-from cleanerd.format._header import ATTR_TIMESTAMP_TYPE
-from cleanerd.format._payloads import chunk_payloads_bound, lay_out, past_chunk_bound
+from cleanerd.format._header import ATTR_CODEC_MASK, ATTR_TIMESTAMP_TYPE
+from cleanerd.format._payloads import (
+    batch_records_bound,
+    chunk_payloads_bound,
+    lay_out,
+    past_batch_records,
+    past_chunk_bound,
+)
 from cleanerd.format._scan import I64, U8, U64, Buffer, as_uint8, first_crc_mismatch
 
 _RECORD_REASONS = {
@@ -99,10 +105,23 @@ def _index(
 
     counts = column(k.B_COUNT)
     # Batches [0, usable) can be indexed; the one at ``usable`` (if any) failed before indexing
-    # (its payload does not decompress, or its record count cannot be right) with ``early``.
-    laid = lay_out(arr, batches)
+    # (it claims more records than a batch may index, its payload does not decompress, or its
+    # record count cannot be right for its payload) with ``early``. A claim past the bound is
+    # found before anything is decompressed or sized.
+    limit = decompression_limit()
+    over = np.flatnonzero(counts > batch_records_bound(limit))
+    laid = lay_out(arr, batches[: over[0]] if over.size else batches)
     payload, starts, ends, usable = laid.buffer, laid.starts, laid.ends, laid.usable
     early = None if laid.error is None else error(laid.error.reason, usable)
+    if early is None and over.size:
+        # a count no payload within the bound could hold is a corrupt count, not a large batch
+        row = batches[usable]
+        compressed = row[k.B_ATTRIBUTES] & ATTR_CODEC_MASK
+        held = limit if compressed else int(row[k.B_SIZE]) - k.HEADER_SIZE
+        count = int(row[k.B_COUNT])
+        corrupt = count * k.MIN_RECORD_SIZE > held
+        why = _RECORD_REASONS[k.REC_COUNT_MISMATCH] if corrupt else past_batch_records(count, limit)
+        early = error(why, usable)
     bad_count = k.bad_counts(starts[:usable], ends[:usable], counts[:usable])
     if bad_count >= 0:
         usable = bad_count

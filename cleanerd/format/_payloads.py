@@ -36,9 +36,11 @@ from cleanerd.format._scan import I64, U8
 __all__ = [
     "CHUNK_PAYLOADS_FACTOR",
     "CHUNK_PAYLOADS_FLOOR",
+    "RECORD_INDEX_BYTES",
     "REUSED_BUFFER_MAX",
     "Payloads",
     "batch_payload",
+    "batch_records_bound",
     "chunk_payloads_bound",
     "lay_out",
     "past_chunk_bound",
@@ -75,6 +77,35 @@ def past_chunk_bound(cap: int, limit: int) -> str:
         f"this batch and the ones read with it decompress past {cap} bytes together "
         f"({CHUNK_PAYLOADS_FACTOR} x the larger of {LIMIT_SETTING} = {limit} "
         f"and {CHUNK_PAYLOADS_FLOOR})"
+    )
+
+
+RECORD_INDEX_BYTES = 8 * k.RECORD_COLUMNS + 16
+"""What a reader holds for each record it indexes: its row of the record index (``R_*`` int64
+columns) and its 128-bit key hash. Pass 1's own rows take less (25 bytes)."""
+
+
+def batch_records_bound(limit: int) -> int:
+    """The most records one batch may hold, with ``limit`` the per-batch bound
+    (``decompression_limit``): the record index of that many records and the batch's payload
+    (within ``limit``) fit in ``chunk_payloads_bound(limit)`` together.
+
+    A record takes at least 7 bytes, so a batch's own size bounds its count no better than one
+    per 7 bytes decompressed, and one batch is indexed whole: at the default 128 MiB that was
+    19M records, whose index took 15 times the bound. Honest batches are far below this bound
+    (3.9M records at the default): Kafka's ``max.message.bytes`` is 1 MiB compressed.
+    """
+    return (chunk_payloads_bound(limit) - limit) // RECORD_INDEX_BYTES
+
+
+def past_batch_records(count: int, limit: int) -> str:
+    """Why a batch is refused when its header claims more records than ``batch_records_bound``
+    of ``limit``."""
+    most = batch_records_bound(limit)
+    return (
+        f"batch claims {count} records, more than the {most} that {LIMIT_SETTING} = {limit} "
+        f"allows one batch (their index takes {RECORD_INDEX_BYTES} bytes a record); raise "
+        f"{LIMIT_SETTING} for this topic if the batch is genuine"
     )
 
 

@@ -29,6 +29,7 @@ from cleanerd.format import (
     CorruptRecordError,
     Record,
     _payloads as payloads_module,
+    batch_records_bound,
     build_batch,
     index_batches,
     kernels as k,
@@ -47,7 +48,15 @@ from cleanerd.format._codecs import (
 from cleanerd.storage import PartitionLog
 from cleanerd.topics import LogConfig
 from cleanerd.workload import WorkloadSpec, generate
-from tests.support.bombs import GIB, bomb_batch, bomb_logdir, compressed_bomb, files_of
+from tests.support.bombs import (
+    GIB,
+    bomb_batch,
+    bomb_logdir,
+    compressed_bomb,
+    files_of,
+    logdir_ending_in,
+    tiny_records_batch,
+)
 from tests.support.e2e_support import DaemonProcess, write_config
 from tests.support.polling import poll_until
 
@@ -201,6 +210,38 @@ def test_commands_refuse_a_2_gib_bomb_in_bounded_memory(codec: Compression, tmp_
         assert f"{codec.label} payload decompresses past" in out, (name, out)
         assert f"max.decompressed.message.bytes = {MAX_DECOMPRESSED_BYTES}" in out, (name, out)
         assert rss < 1536, (name, rss)
+        assert files_of(part) == before, name
+
+
+@pytest.mark.slow
+def test_commands_refuse_a_batch_of_millions_of_tiny_records_in_bounded_memory(
+    tmp_path: Path,
+) -> None:
+    """A 1 MB zstd batch of one record more than ``batch_records_bound`` allows (3.9M 11-byte
+    records, 43 MB decompressed: within the 128 MiB bound on a payload) is refused by every
+    command that reads records, before it is decompressed: its record index alone would take
+    400 MB. Exit 1, one line naming the file, position and setting, files intact."""
+    most = batch_records_bound(MAX_DECOMPRESSED_BYTES)
+    batch = tiny_records_batch(most + 1, 0, Compression.ZSTD)
+    logdir, part = logdir_ending_in(
+        tmp_path / "L", lambda base: tiny_records_batch(most + 1, base, Compression.ZSTD)
+    )
+    pos = Path(_last_log(part)).stat().st_size - len(batch)
+    before = files_of(part)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    # the same command refusing the same batch by the bound on its payload, set at 1 byte
+    *_, baseline = run_measured(
+        ["verify", str(logdir), "--max-decompressed-message-bytes", "1"], env
+    )
+    for name, args in COMMANDS.items():
+        status, out, rss = run_measured(args(logdir, part), env)
+        assert status == 1, (name, out)
+        assert "Traceback" not in out, (name, out)
+        assert f"at byte {pos}: batch claims {most + 1} records, more than the {most}" in out, (
+            name,
+            out,
+        )
+        assert rss < baseline + 64, (name, rss, baseline)
         assert files_of(part) == before, name
 
 

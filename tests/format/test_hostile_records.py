@@ -17,20 +17,27 @@ from collections.abc import Callable
 from pathlib import Path
 
 import crc32c
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
 from cleanerd.cli import cli
 from cleanerd.format import (
+    MAX_DECOMPRESSED_BYTES,
+    RECORD_INDEX_BYTES,
     BatchHeader,
     Compression,
     CorruptRecordError,
+    _payloads as payloads_module,
+    batch_records_bound,
+    chunk_payloads_bound,
     compress,
     index_batches,
     kernels as k,
     scan_batches,
 )
 from cleanerd.workload import WorkloadSpec, generate
+from tests.support.bombs import tiny_records_batch
 
 PATH = "/data/t-0/00000000000000000000.log"
 CODECS = [Compression.NONE, Compression.GZIP, Compression.ZSTD]
@@ -194,6 +201,62 @@ def test_a_count_that_would_allocate_gigabytes_allocates_nothing_of_the_sort() -
     try:
         with pytest.raises(CorruptRecordError, match="record count"):
             index_batches(data, scan.batches, path=PATH)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.ZSTD], ids=["none", "zstd"])
+def test_one_batch_holds_no_more_records_than_its_index_may_take(
+    codec: Compression, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's records are indexed together (104 bytes a record), so the bound on its
+    payload alone let one batch of tiny records take 15 times it. A batch of
+    ``batch_records_bound`` records reads; one more is refused, naming the setting, before the
+    batch is decompressed. The rule is tried at 400 records by raising its per-record cost."""
+    monkeypatch.setattr(payloads_module, "RECORD_INDEX_BYTES", (3 * 128 << 20) // 400)
+    assert batch_records_bound(MAX_DECOMPRESSED_BYTES) == 400
+    whole = tiny_records_batch(400, 0, codec)
+    _, records = index_batches(whole, scan_batches(whole).batches, path=PATH)
+    assert records[:, k.R_OFFSET].tolist() == list(range(400))
+    data = good_batch(0) + tiny_records_batch(401, 3, codec)
+    with pytest.raises(CorruptRecordError) as info:
+        index_batches(data, scan_batches(data).batches, path=PATH)
+    assert info.value.position == len(good_batch(0))
+    assert info.value.last_good_offset == 2
+    assert "batch claims 401 records, more than the 400" in info.value.reason
+    assert "raise max.decompressed.message.bytes for this topic" in info.value.reason
+
+
+def test_the_bound_leaves_room_for_the_payload_in_the_chunks_bound() -> None:
+    """What one batch may take (its payload and its records' index) is within what one chunk
+    may take decompressed, at the default and at a raised setting."""
+    for limit in (1 << 20, MAX_DECOMPRESSED_BYTES, 1 << 30):
+        most = batch_records_bound(limit)
+        assert limit + most * RECORD_INDEX_BYTES <= chunk_payloads_bound(limit)
+        assert limit + (most + 1) * RECORD_INDEX_BYTES > chunk_payloads_bound(limit)
+    assert np.dtype(np.int64).itemsize * k.RECORD_COLUMNS + 16 == RECORD_INDEX_BYTES
+
+
+@pytest.fixture(scope="module")
+def past_the_bound() -> bytes:
+    """A real zstd batch of one record more than the default bound (3.9M records, 43 MB of
+    records, 1 MB compressed): what the bound on its payload alone let through."""
+    return tiny_records_batch(batch_records_bound(MAX_DECOMPRESSED_BYTES) + 1, 0, Compression.ZSTD)
+
+
+def test_a_real_batch_past_the_bound_is_refused_before_it_takes_memory(
+    past_the_bound: bytes,
+) -> None:
+    """Its index would have taken 400 MB: the reader refuses it having decompressed nothing."""
+    most = batch_records_bound(MAX_DECOMPRESSED_BYTES)
+    scan = scan_batches(past_the_bound, path=PATH)
+    assert scan.error is None
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptRecordError, match=f"batch claims {most + 1} records"):
+            index_batches(past_the_bound, scan.batches, path=PATH)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

@@ -55,6 +55,7 @@ from cleanerd.format import (
     ATTR_TIMESTAMP_TYPE,
     I64,
     U8,
+    batch_records_bound,
     chunk_payloads_bound,
     decoders,
     decompression_limit,
@@ -192,11 +193,13 @@ def _put_fused(
         sizes = sub[:, k.B_SIZE]
         total = int(counts.sum())
         # a record takes at least MIN_RECORD_SIZE bytes: rows beyond what a batch (or the chunk)
-        # can hold decompressed are a corrupt count, which must not size an allocation; the
-        # chunk holds at most ``storage.chunk_records()`` records unless one batch holds more
+        # can hold decompressed are a corrupt count, which must not size an allocation, and so
+        # are more than ``format.batch_records_bound`` in one batch; the chunk holds at most
+        # ``storage.chunk_records()`` records unless one batch holds more
         if (
             (counts < 0).any()
             or (counts * k.MIN_RECORD_SIZE > np.maximum(sizes, limit)).any()
+            or (counts > batch_records_bound(limit)).any()
             or total * k.MIN_RECORD_SIZE > whole + int(sizes.sum())
         ):
             index_and_hash(arr, sub, path)  # raises the reader's error for these batches
