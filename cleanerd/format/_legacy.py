@@ -27,13 +27,21 @@ import numpy as np
 import numpy.typing as npt
 
 from cleanerd.format import kernels as k
-from cleanerd.format._codecs import Compression, compress, decompress
+from cleanerd.format._codecs import (
+    LIMIT_SETTING,
+    Compression,
+    compress,
+    decompress,
+    decompression_limit,
+)
 from cleanerd.format._errors import CorruptRecordError
+from cleanerd.format._payloads import batch_records_bound
 
 I64 = npt.NDArray[np.int64]
 U8 = npt.NDArray[np.uint8]
 
 __all__ = [
+    "LEGACY_MESSAGE_BYTES",
     "MIXED_MAGIC",
     "LegacyRecord",
     "build_legacy",
@@ -53,6 +61,11 @@ TIMESTAMP_TYPE = 0x08  # v1: LogAppendTime
 MIXED_MAGIC = 0x80
 """Set in a wrapper's row attributes (never written; unused by v2) when an inner message has
 another magic than the wrapper (KAFKA-4298): the cleaner writes it again even when whole."""
+LEGACY_MESSAGE_BYTES = 512
+"""About what reading one legacy message takes (measured: 416 bytes of Python objects while a
+wrapper's messages are parsed and their rows gathered, then an 88-byte record index row): what
+bounds the messages of one wrapper (``batch_records_bound``), 786k at the default setting, so a
+wrapper of 5M 26-byte messages within the bound cannot take about 2.6 GB."""
 _OVERHEAD = (14, 22)  # bytes after the size field without key and value: v0, v1
 _KEY_AT = (18, 26)  # where the key length sits, from the message's first byte
 _HEAD = struct.Struct(">qi")
@@ -223,8 +236,16 @@ def _inner(data: memoryview, outer: _Msg, check_crc: bool) -> tuple[bytes, list[
         raise _LegacyError(e.reason) from None
     mv = memoryview(value)
     msgs: list[_Msg] = []
+    limit = decompression_limit()
+    most = batch_records_bound(limit, LEGACY_MESSAGE_BYTES)
     p = 0
     while p < len(value):
+        if len(msgs) == most:
+            raise _LegacyError(
+                f"compressed message holds more than the {most} inner messages that "
+                f"{LIMIT_SETTING} = {limit} allows one (they take about {LEGACY_MESSAGE_BYTES} "
+                f"bytes each to read); raise {LIMIT_SETTING} for this topic if it is genuine"
+            )
         what = f"inner message at byte {p} of the decompressed value"
         m = _parse(mv, p, len(value), what)
         if m.attributes & CODEC_MASK:

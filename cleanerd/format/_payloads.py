@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +32,9 @@ from cleanerd.format._errors import CorruptRecordError
 from cleanerd.format._header import ATTR_CODEC_MASK
 from cleanerd.format._limits import MAX_DECOMPRESSED_BYTES
 from cleanerd.format._native_lay_out import decoders, lay_out_native, zstd_context
-from cleanerd.format._scan import I64, U8
+
+if TYPE_CHECKING:  # the aliases only: ``_scan`` reads legacy sets, whose reader needs this module
+    from cleanerd.format._scan import I64, U8
 
 __all__ = [
     "CHUNK_PAYLOADS_FACTOR",
@@ -85,17 +88,18 @@ RECORD_INDEX_BYTES = 8 * k.RECORD_COLUMNS + 16
 columns) and its 128-bit key hash. Pass 1's own rows take less (25 bytes)."""
 
 
-def batch_records_bound(limit: int) -> int:
+def batch_records_bound(limit: int, record_bytes: int | None = None) -> int:
     """The most records one batch may hold, with ``limit`` the per-batch bound
-    (``decompression_limit``): the record index of that many records and the batch's payload
-    (within ``limit``) fit in ``chunk_payloads_bound(limit)`` together.
+    (``decompression_limit``): what a reader holds for that many records (``record_bytes``
+    each, ``RECORD_INDEX_BYTES`` by default) and the batch's payload (within ``limit``) fit in
+    ``chunk_payloads_bound(limit)`` together.
 
     A record takes at least 7 bytes, so a batch's own size bounds its count no better than one
     per 7 bytes decompressed, and one batch is indexed whole: at the default 128 MiB that was
     19M records, whose index took 15 times the bound. Honest batches are far below this bound
     (3.9M records at the default): Kafka's ``max.message.bytes`` is 1 MiB compressed.
     """
-    return (chunk_payloads_bound(limit) - limit) // RECORD_INDEX_BYTES
+    return (chunk_payloads_bound(limit) - limit) // (record_bytes or RECORD_INDEX_BYTES)
 
 
 def past_batch_records(count: int, limit: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -13,9 +14,12 @@ import xxhash
 from kafka.record import MemoryRecords
 
 from cleanerd.format import (
+    MAX_DECOMPRESSED_BYTES,
     Compression,
     CorruptRecordError,
+    _legacy as legacy_module,
     _payloads as payloads_module,
+    batch_records_bound,
     index_batches,
     kernels as k,
     limit_decompression,
@@ -235,6 +239,49 @@ def test_decompression_bomb_stops_at_the_bound() -> None:
         err = _error(GOOD + _wrapper(1, 1, bomb, offset=1))
     assert err.position == POS
     assert "max.decompressed.message.bytes" in err.reason
+
+
+def _tiny_messages(count: int, first: int) -> bytes:
+    """``count`` v0 messages of 26 bytes (null key, empty value) at offsets ``first`` on."""
+    body = bytes((0, 0)) + struct.pack(">ii", -1, 0)
+    msg = np.frombuffer(struct.pack(">qiI", 0, 4 + len(body), zlib.crc32(body)) + body, np.uint8)
+    out = np.tile(msg, count).reshape(count, msg.shape[0])
+    offsets = (first + np.arange(count)).astype(">i8")
+    out[:, :8] = offsets.view(np.uint8).reshape(count, 8)
+    return out.tobytes()
+
+
+@pytest.mark.parametrize("extra", [0, 1])
+def test_a_wrapper_holds_no_more_messages_than_reading_them_may_take(
+    extra: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Legacy messages are read in Python (about 512 bytes each), so a wrapper within the
+    bound on its value could hold 5M 26-byte messages and take 2.6 GB to read. At most
+    ``batch_records_bound(limit, LEGACY_MESSAGE_BYTES)`` read; one more is refused, naming the
+    setting. Tried at 300 messages by raising the per-message cost."""
+    monkeypatch.setattr(legacy_module, "LEGACY_MESSAGE_BYTES", (3 * 128 << 20) // 300)
+    most = batch_records_bound(MAX_DECOMPRESSED_BYTES, legacy_module.LEGACY_MESSAGE_BYTES)
+    assert most == 300
+    value = gzip.compress(_tiny_messages(most + extra, 1))
+    data = GOOD + _wrapper(0, 1, value, offset=most + extra)
+    if not extra:
+        assert [r[0] for r in _index(data)] == list(range(most + 1))
+        return
+    err = _error(data)
+    assert err.position == POS
+    assert f"holds more than the {most} inner messages" in err.reason
+    assert "raise max.decompressed.message.bytes for this topic" in err.reason
+
+
+@pytest.mark.slow
+def test_a_wrapper_of_one_message_past_the_default_bound_is_refused() -> None:
+    """At the default setting: 786,433 messages of 26 bytes (20 MB, within the bound) in one
+    gzip wrapper are refused, the bound's worth read first."""
+    most = batch_records_bound(MAX_DECOMPRESSED_BYTES, legacy_module.LEGACY_MESSAGE_BYTES)
+    data = GOOD + _wrapper(0, 1, gzip.compress(_tiny_messages(most + 1, 1), 1), offset=most + 1)
+    err = _error(data)
+    assert err.position == POS
+    assert f"holds more than the {most} inner messages" in err.reason
 
 
 def test_dump_and_verify_read_a_legacy_partition(tmp_path: Path) -> None:
