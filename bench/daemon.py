@@ -18,8 +18,10 @@ names the file system. Two log dirs of one topic each: ``--partitions`` copies o
   wall second over a whole number of ``log.cleaner.backoff.ms`` cycles (at least
   ``--idle-seconds``), for each backoff of ``--idle-backoffs``.
 - throughput: ``--tp-partitions`` partitions of ``--records`` records (10k keys, 100-byte values,
-  one rolled segment each), cached in ``--out``; 32 by default, so each worker's first job (its
-  map sized afresh after the warm-up) is a small part of the window. Per run a fresh daemon
+  one rolled segment each), cached in ``--out``; 96 by default, so each worker's first job (its
+  map sized afresh after the warm-up) is a small part of the window, and the window (about 3 s
+  with 2 workers) is long enough that one stall on a shared machine does not decide the ratio
+  (with 32 the same code measured 1.13x to 1.77x). Per run a fresh daemon
   (backoff 100 ms, ratio 0.01) first cleans two small warm-up partitions (kernels loaded, maps
   allocated), then the big ones are renamed into its log dir. ``window`` is the first job's
   start to the last job's end (from ``/status``: end wall clock and job seconds, open + plan +
@@ -71,7 +73,7 @@ from cleanerd.storage import CLEANER_OFFSET_CHECKPOINT  # noqa: E402
 from cleanerd.workload import WorkloadSpec  # noqa: E402
 
 KEYS = 10_000
-SPEEDUP_TARGET = 1.7  # 2 workers vs 1 (the issue)
+SPEEDUP_TARGET = 1.8  # 2 workers vs 1 (issue 24; issue 4 asked 1.7)
 ALL = ("startup", "ranking", "idle", "throughput", "sweep")
 DEFAULT = ALL[:4]  # the sweep runs when asked for: ``--only sweep``
 
@@ -347,7 +349,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--small-partitions", type=int, default=10_000, help="partitions, small logs")
     p.add_argument("--small-records", type=int, default=100, help="records in each small one")
     p.add_argument("--records", type=int, default=250_000, help="records per throughput log")
-    p.add_argument("--tp-partitions", type=int, default=32, help="throughput partitions")
+    p.add_argument("--tp-partitions", type=int, default=96, help="throughput partitions")
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement (best reported)")
     p.add_argument("--idle-seconds", type=float, default=10.0, help="idle window, at least")
     p.add_argument("--idle-backoffs", default="15,1", help="log.cleaner.backoff.ms values, in s")
