@@ -64,8 +64,8 @@ another magic than the wrapper (KAFKA-4298): the cleaner writes it again even wh
 LEGACY_MESSAGE_BYTES = 512
 """About what reading one legacy message takes (measured: 416 bytes of Python objects while a
 wrapper's messages are parsed and their rows gathered, then an 88-byte record index row): what
-bounds the messages of one wrapper (``batch_records_bound``), 786k at the default setting, so a
-wrapper of 5M 26-byte messages within the bound cannot take about 2.6 GB."""
+bounds the messages of one wrapper (``batch_records_bound``): 786k at the default setting, where
+the bound on a wrapper's value alone let 5M messages of 26 bytes take about 2.6 GB."""
 _OVERHEAD = (14, 22)  # bytes after the size field without key and value: v0, v1
 _KEY_AT = (18, 26)  # where the key length sits, from the message's first byte
 _HEAD = struct.Struct(">qi")

@@ -46,6 +46,7 @@ __all__ = [
     "batch_records_bound",
     "chunk_payloads_bound",
     "lay_out",
+    "past_batch_records",
     "past_chunk_bound",
     "payload_ranges",
 ]
@@ -95,9 +96,9 @@ def batch_records_bound(limit: int, record_bytes: int | None = None) -> int:
     ``chunk_payloads_bound(limit)`` together.
 
     A record takes at least 7 bytes, so a batch's own size bounds its count no better than one
-    per 7 bytes decompressed, and one batch is indexed whole: at the default 128 MiB that was
-    19M records, whose index took 15 times the bound. Honest batches are far below this bound
-    (3.9M records at the default): Kafka's ``max.message.bytes`` is 1 MiB compressed.
+    per 7 bytes decompressed, and one batch is indexed whole: at the default 128 MiB that
+    allows 19M records, whose index would take 15 times the bound. Honest batches are far below
+    this bound (3.9M records at the default): Kafka's ``max.message.bytes`` is 1 MiB compressed.
     """
     return (chunk_payloads_bound(limit) - limit) // (record_bytes or RECORD_INDEX_BYTES)
 
