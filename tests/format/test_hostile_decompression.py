@@ -217,7 +217,7 @@ def test_commands_refuse_a_2_gib_bomb_in_bounded_memory(codec: Compression, tmp_
 def test_commands_refuse_a_batch_of_millions_of_tiny_records_in_bounded_memory(
     tmp_path: Path,
 ) -> None:
-    """A 1 MB zstd batch of one record more than ``batch_records_bound`` allows (3.9M 11-byte
+    """A 3 MB zstd batch of one record more than ``batch_records_bound`` allows (3.9M 11-byte
     records, 43 MB decompressed: within the 128 MiB bound on a payload) is refused by every
     command that reads records, before it is decompressed: its record index alone would take
     400 MB. Exit 1, one line naming the file, position and setting, files intact."""

@@ -242,7 +242,7 @@ def test_the_bound_leaves_room_for_the_payload_in_the_chunks_bound() -> None:
 @pytest.fixture(scope="module")
 def past_the_bound() -> bytes:
     """A real zstd batch of one record more than the default bound (3.9M records, 43 MB of
-    records, 1 MB compressed): what the bound on its payload alone let through."""
+    records, 3 MB compressed): what the bound on its payload alone let through."""
     return tiny_records_batch(batch_records_bound(MAX_DECOMPRESSED_BYTES) + 1, 0, Compression.ZSTD)
 
 
