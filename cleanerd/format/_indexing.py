@@ -26,6 +26,7 @@ from cleanerd.format._payloads import (
     lay_out,
     past_batch_records,
     past_chunk_bound,
+    payload_ranges,
 )
 from cleanerd.format._scan import I64, U8, U64, Buffer, as_uint8, first_crc_mismatch
 
@@ -115,10 +116,10 @@ def _index(
     early = None if laid.error is None else error(laid.error.reason, usable)
     if early is None and over.size:
         # a count no payload within the bound could hold is a corrupt count, not a large batch
-        row = batches[usable]
-        compressed = row[k.B_ATTRIBUTES] & ATTR_CODEC_MASK
-        held = limit if compressed else int(row[k.B_SIZE]) - k.HEADER_SIZE
-        count = int(row[k.B_COUNT])
+        lo, hi = payload_ranges(batches[usable : usable + 1])
+        compressed = batches[usable, k.B_ATTRIBUTES] & ATTR_CODEC_MASK
+        held = limit if compressed else int(hi[0] - lo[0])
+        count = int(counts[usable])
         corrupt = count * k.MIN_RECORD_SIZE > held
         why = _RECORD_REASONS[k.REC_COUNT_MISMATCH] if corrupt else past_batch_records(count, limit)
         early = error(why, usable)
