@@ -2,4 +2,5 @@
 
 from cleanerd.cli import main
 
-main()
+if __name__ == "__main__":  # a spawned cleaning process imports this module as __mp_main__
+    main()

@@ -12,18 +12,35 @@ Two differences, both for a daemon with several worker threads and a prompt shut
 - With a ``stop`` event the waits are ``stop.wait(...)``, so setting it ends every sleep at once.
 
 Kafka rounds the sleep to whole milliseconds (``Thread.sleep``); this one sleeps the exact float.
+
+The daemon's cleanings may run in processes of their own (``service._processes``); a throttler
+made with ``shared=True`` keeps its state in shared memory under a process-shared lock, so it
+paces every process together as it paces threads (``time.monotonic`` is one clock for all of
+them). Such a throttler is handed to a process when the process starts.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
+import multiprocessing
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, Protocol
 
 CONFIG_NAME = "log.cleaner.io.max.bytes.per.second"
 DEFAULT_CHECK_INTERVAL_S = 0.3
 """Kafka's cleaner creates its throttler with ``checkIntervalMs = 300``."""
+
+# the throttler's state: one double each, in this order, in plain or shared memory
+_RATE, _PERIOD_START, _OBSERVED, _PAUSE_UNTIL, _SLEPT, _BYTES = range(6)
+
+
+class _Stop(Protocol):
+    """What a stop signal offers: ``threading.Event`` and ``multiprocessing.Event`` both do."""
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 def _validated_rate(rate_bytes_per_s: float | None) -> float:
@@ -55,26 +72,48 @@ class Throttler:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], object] = time.sleep,
         stop: threading.Event | None = None,
+        shared: bool = False,
     ) -> None:
+        """``shared``: the state lives in shared memory, for cleanings in other processes."""
         if math.isnan(check_interval_s) or check_interval_s < 0:
             raise ValueError(f"check_interval_s must be >= 0, got {check_interval_s!r}")
-        self._rate = _validated_rate(rate_bytes_per_s)
         self._check_interval_s = check_interval_s
         self._clock = clock
         self._sleep = sleep
+        self._stop: _Stop | None = stop
+        self._lock: Any
+        self._state: Any
+        self._shared = shared
+        if shared:
+            context = multiprocessing.get_context("spawn")
+            self._lock, self._state = context.Lock(), context.RawArray(ctypes.c_double, 6)
+        else:
+            self._lock, self._state = threading.Lock(), (ctypes.c_double * 6)()
+        self._state[_RATE] = _validated_rate(rate_bytes_per_s)
+        self._state[_PERIOD_START] = clock()
+        self._state[_PAUSE_UNTIL] = -math.inf
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a cleaning process gets: the shared state and lock, the real clock, no stop
+        event (``stop_on`` gives it the process's own)."""
+        if not self._shared:
+            raise TypeError("only a Throttler made with shared=True can go to another process")
+        return {"state": self._state, "lock": self._lock, "interval": self._check_interval_s}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._state, self._lock = state["state"], state["lock"]
+        self._check_interval_s, self._shared = state["interval"], True
+        self._clock, self._sleep, self._stop = time.monotonic, time.sleep, None
+
+    def stop_on(self, stop: _Stop) -> None:
+        """Cut sleeps short when ``stop`` is set (a cleaning process's abort signal)."""
         self._stop = stop
-        self._lock = threading.Lock()
-        self._period_start = clock()
-        self._observed = 0.0
-        self._pause_until = -math.inf
-        self._slept_seconds = 0.0
-        self._bytes_total = 0
 
     @property
     def rate(self) -> float:
         """Target bytes per second; ``math.inf`` when unlimited."""
         with self._lock:
-            return self._rate
+            return float(self._state[_RATE])
 
     @property
     def unlimited(self) -> bool:
@@ -84,19 +123,19 @@ class Throttler:
         """Change the target at run time (SIGHUP); it applies from the next check, as in Kafka."""
         rate = _validated_rate(rate_bytes_per_s)
         with self._lock:
-            self._rate = rate
+            self._state[_RATE] = rate
 
     @property
     def slept_seconds(self) -> float:
         """Seconds callers have spent throttled, summed over threads."""
         with self._lock:
-            return self._slept_seconds
+            return float(self._state[_SLEPT])
 
     @property
     def bytes_total(self) -> int:
         """Bytes passed to ``maybe_throttle`` since creation (Kafka's ``cleaner-io`` meter)."""
         with self._lock:
-            return self._bytes_total
+            return int(self._state[_BYTES])
 
     def maybe_throttle(self, n_bytes: int) -> float:
         """Account ``n_bytes`` of I/O; sleep if the rate is over the target. Returns seconds slept.
@@ -106,35 +145,38 @@ class Throttler:
         """
         if n_bytes < 0:
             raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
+        state = self._state
         with self._lock:
-            self._bytes_total += n_bytes
-            self._observed += n_bytes
+            state[_BYTES] += n_bytes
+            state[_OBSERVED] += n_bytes
             now = self._clock()
-            wait = self._pause_until - now
+            wait = state[_PAUSE_UNTIL] - now
             if wait <= 0:
                 wait = self._check(now)
         if wait <= 0:
             return 0.0
         slept = self._wait(wait)
         with self._lock:
-            self._slept_seconds += slept
+            state[_SLEPT] += slept
         return slept
 
     def _check(self, now: float) -> float:
         """Kafka's period check, under the lock; returns the seconds to sleep (0 for none)."""
-        elapsed = now - self._period_start
-        if elapsed <= self._check_interval_s or self._observed <= 0:
+        state = self._state
+        elapsed = now - state[_PERIOD_START]
+        observed, rate = state[_OBSERVED], state[_RATE]
+        if elapsed <= self._check_interval_s or observed <= 0:
             return 0.0
         wait = 0.0
-        if self._observed / elapsed > self._rate:
-            wait = self._observed / self._rate - elapsed
+        if observed / elapsed > rate:
+            wait = observed / rate - elapsed
         # Kafka starts the next period when its sleep ends; bytes other threads account meanwhile
         # belong to that next period.
-        self._period_start = now + max(wait, 0.0)
-        self._observed = 0.0
+        state[_PERIOD_START] = now + max(wait, 0.0)
+        state[_OBSERVED] = 0.0
         if wait > 0:
-            self._pause_until = self._period_start
-        return wait
+            state[_PAUSE_UNTIL] = state[_PERIOD_START]
+        return float(wait)
 
     def _wait(self, seconds: float) -> float:
         """Sleep, or wait on the stop event so shutdown cuts the sleep short."""

@@ -28,6 +28,7 @@ from pydantic import (
     field_validator as validates,
 )
 
+from cleanerd._errors import PickledWhole
 from cleanerd.config._sources import (
     DAEMON_DEFAULTS,
     DEFAULT,
@@ -93,7 +94,7 @@ class ConfigProblem:
         return f"{self.setting} = {self.value!r} ({self.source}): {self.rule}"
 
 
-class ConfigError(Exception):
+class ConfigError(PickledWhole, Exception):
     """The configuration is invalid; ``problems`` lists every reason, one line each in str()."""
 
     def __init__(self, problems: tuple[ConfigProblem, ...]) -> None:
@@ -112,6 +113,7 @@ class CleanerdConfig(BaseModel):
     log_dirs: tuple[Path, ...] = Field(default=(Path("data"),), min_length=1)
     cleaner_enable: bool = True
     threads: Annotated[int, Field(ge=0, le=MAX_CLEANER_THREADS)] = 1
+    cleaner_processes: bool = True  # False: cleanings run in threads of the daemon's process
     dedupe_buffer_size: Count = 134_217_728
     load_factor: float = Field(default=0.9, gt=0.0, le=1.0)
     io_buffer_size: Count = 524_288
@@ -274,6 +276,7 @@ FIELDS = {
     "log.cleaner.io.buffer.size": "io_buffer_size",
     "log.cleaner.io.max.bytes.per.second": "io_max_bytes_per_second",
     "log.cleaner.backoff.ms": "backoff_ms",
+    "cleanerd.cleaner.processes": "cleaner_processes",
     "cleanerd.retry.attempts": "retry_attempts",
     "cleanerd.retry.backoff.ms": "retry_backoff_ms",
     "cleanerd.retry.backoff.max.ms": "retry_backoff_max_ms",

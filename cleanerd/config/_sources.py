@@ -33,6 +33,7 @@ DAEMON_DEFAULTS: dict[str, object] = {
     "log.cleaner.io.buffer.size": 524_288,
     "log.cleaner.io.max.bytes.per.second": "unlimited",
     "log.cleaner.backoff.ms": 15_000,
+    "cleanerd.cleaner.processes": True,
     "cleanerd.retry.attempts": 3,
     "cleanerd.retry.backoff.ms": 1_000,
     "cleanerd.retry.backoff.max.ms": 60_000,

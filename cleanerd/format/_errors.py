@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from cleanerd._errors import PickledWhole
+
 TRUNCATION_REASONS = ("truncated batch", "batch length field runs past the end")
 """How the reader words a batch cut short by the end of the data (a torn tail)."""
 
 
-class CorruptRecordError(ValueError):
+class CorruptRecordError(PickledWhole, ValueError):
     """A batch or record that does not decode; carries file, byte position and last good offset.
 
     ``position`` is the byte position of the offending batch inside ``path`` (or inside the

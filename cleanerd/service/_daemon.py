@@ -138,7 +138,8 @@ class Daemon:
         )
         self.budget = DedupeBudget(c.dedupe_buffer_size)
         self._abort = threading.Event()  # set at shutdown: a throttled cleaning stops sleeping
-        self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort)
+        # shared: it paces the workers' cleaning processes too (service._processes)
+        self.throttler = Throttler(c.io_max_bytes_per_second, stop=self._abort, shared=True)
         self.deadlines = DeadlineWatch()  # outlives reloads: its counts are counters
         self.metrics = DaemonMetrics(self.status)
         self.service = ThreadPool("cleanerd-service", SERVICE_THREADS)  # surveys, HTTP reads

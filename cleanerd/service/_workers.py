@@ -1,12 +1,15 @@
-"""The worker coroutines: each grabs the top-ranked log, leases map memory, cleans in a thread.
+"""The worker coroutines: each grabs the top-ranked log, leases map memory, and cleans it in
+a process of its own (``service._processes``) or, with ``cleanerd.cleaner.processes`` off, in a
+thread of the daemon's pool.
 
-``log.cleaner.threads`` workers share one dedupe budget and one throttler. A worker's engine call
-runs in the pool's own ``log.cleaner.threads`` threads (``service._threads``); it cannot be
-cancelled, so pause and shutdown work through the cleaning's abort signal, a ``threading.Event``
-made when the worker takes the log, set from the event loop (``signal_aborts`` after a pause,
-``stop``, or the worker's own cancellation) and read by the cleaner before every chunk: the thread
-stops at the next batch boundary, leaves no ``.cleaned`` file, and the worker gives the lease
-back. A cancelled worker coroutine still waits for its thread before it lets go of the lease.
+``log.cleaner.threads`` workers share one dedupe budget and one throttler. A worker's cleaning
+cannot be cancelled, so pause and shutdown work through the cleaning's abort signal (the
+process's event, or a ``threading.Event`` made when a worker takes the log for a thread), set
+from the event loop (``signal_aborts`` after a pause, ``stop``, or the worker's own cancellation)
+and read by the cleaner before every chunk: the cleaning stops at the next batch boundary, leaves
+no ``.cleaned`` file, and the worker gives the lease back. A cancelled worker coroutine still
+waits for its cleaning before it lets go of the lease, then closes its process. Snapshot jobs and
+Spark cleanings run in the pool's ``log.cleaner.threads`` threads (``service._threads``).
 
 Supervision: a failure of one cleaning is the partition's (logged with its error and the file and
 byte position it names, counted, retried with backoff, then uncleanable: ``scheduling._failures``),
@@ -26,7 +29,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from cleanerd.compaction import (
     CleaningAbortedError,
@@ -39,6 +42,12 @@ from cleanerd.scheduling import CleanerManager, CleanOutcome, Grab, SnapshotGrab
 from cleanerd.service._budget import DedupeBudget
 from cleanerd.service._clean_job import CleanerSlot, JobResult, run_clean
 from cleanerd.service._logging import get_logger
+from cleanerd.service._processes import (
+    EXIT_TIMEOUT_S,
+    CleaningJob,
+    CleaningProcess,
+    helper_threads,
+)
 from cleanerd.service._snapshot_job import run_snapshot
 from cleanerd.service._spark_engine import SparkEngine
 from cleanerd.service._status import WorkerStatus
@@ -58,6 +67,7 @@ class PoolSettings:
     threads: int
     load_factor: float
     backoff_s: float
+    processes: bool  # each worker cleans in a process of its own (else in a thread)
 
     @classmethod
     def of(cls, config: CleanerdConfig) -> PoolSettings:
@@ -66,6 +76,7 @@ class PoolSettings:
             threads=config.threads if config.cleaner_enable else 0,
             load_factor=config.load_factor,
             backoff_s=config.backoff_ms / 1000,
+            processes=config.cleaner_processes,
         )
 
 
@@ -107,7 +118,8 @@ class WorkerPool:
         self.restarts = 0
         self.status: dict[int, WorkerStatus] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
-        self._aborts: dict[TopicPartition, threading.Event] = {}  # the running cleanings
+        self._aborts: dict[TopicPartition, _Abort] = {}  # the running cleanings
+        self._processes: set[CleaningProcess] = set()  # the workers' cleaning processes
         self._work = asyncio.Event()
         self.starved = asyncio.Event()  # a worker found nothing after cleanings ended: rescan
         self.cleanings_ended = 0
@@ -167,6 +179,8 @@ class WorkerPool:
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout_s)
             if pending:
+                for process in self._processes:  # out of time: the swap protocol makes it safe
+                    process.kill()
                 return False
         ended = await self.threads.close(deadline - time.monotonic())
         if ended and self.decompression is not None:  # no cleaning left to submit to it
@@ -198,24 +212,50 @@ class WorkerPool:
 
     async def _loop(self, wid: int) -> None:
         slot = CleanerSlot(self.decompression)
-        while not self.stopping and wid < self.settings.threads:
-            # snapshots rank after due cleanings and before the others (scheduling._manager)
-            snap = None if self.manager.due_waiting() else self.manager.grab_snapshot()
-            if snap is not None:
-                await self._snapshot(wid, snap)
-                continue
-            grab = self.manager.grab()
-            if grab is None:
-                if self.cleanings_ended != self._ended_at_survey:
-                    # a log cleaned since the survey may still be dirty (a full map): replan it
-                    self.starved.set()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._work.wait(), self.settings.backoff_s)
-                continue
-            slot.decompression = self.decompression  # the pool for the worker count now
-            await self._clean(wid, slot, grab)
+        process: CleaningProcess | None = None
+        try:
+            while not self.stopping and wid < self.settings.threads:
+                if self.settings.processes != (process is not None):  # started, or a reload
+                    process = await self._swap_process(process)
+                await self._step(wid, slot, process)
+        finally:
+            if process is not None:
+                await self._close_process(process)
 
-    async def _clean(self, wid: int, slot: CleanerSlot, grab: Grab) -> None:
+    async def _swap_process(self, process: CleaningProcess | None) -> CleaningProcess | None:
+        """A new cleaning process when processes are on, none when off (closing the old)."""
+        if process is not None:
+            await self._close_process(process)
+            return None
+        process = CleaningProcess(self.throttler, helper_threads(self.settings.threads))
+        self._processes.add(process)
+        return process
+
+    async def _close_process(self, process: CleaningProcess) -> None:
+        self._processes.discard(process)
+        await process.close(EXIT_TIMEOUT_S)
+
+    async def _step(self, wid: int, slot: CleanerSlot, process: CleaningProcess | None) -> None:
+        """One turn of a worker: a snapshot job, a cleaning, or a wait for work."""
+        # snapshots rank after due cleanings and before the others (scheduling._manager)
+        snap = None if self.manager.due_waiting() else self.manager.grab_snapshot()
+        if snap is not None:
+            await self._snapshot(wid, snap)
+            return
+        grab = self.manager.grab()
+        if grab is None:
+            if self.cleanings_ended != self._ended_at_survey:
+                # a log cleaned since the survey may still be dirty (a full map): replan it
+                self.starved.set()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._work.wait(), self.settings.backoff_s)
+            return
+        slot.decompression = self.decompression  # the pool for the worker count now
+        await self._clean(wid, slot, grab, process)
+
+    async def _clean(
+        self, wid: int, slot: CleanerSlot, grab: Grab, process: CleaningProcess | None
+    ) -> None:
         tp = grab.tp
         spark = self.spark if self.spark is not None and self.spark.takes(grab) else None
         engine = "local" if spark is None else "spark"
@@ -226,7 +266,13 @@ class WorkerPool:
             engine=engine,
             last_max_compaction_delay_ms=grab.max_compaction_delay_ms,
         )
-        abort = self._aborts[tp] = threading.Event()
+        abort: _Abort
+        if spark is None and process is not None:
+            abort = process.abort
+            abort.clear()
+        else:
+            abort = threading.Event()
+        self._aborts[tp] = abort
         if self.stopping:
             abort.set()
         try:
@@ -242,7 +288,7 @@ class WorkerPool:
                     poll=self.service,
                 )
             else:
-                result = await self._clean_locally(slot, grab, abort, bound)
+                result = await self._clean_locally(slot, process, grab, abort, bound)
         except CleaningAbortedError:
             self.manager.aborted(tp)
             bound.info("cleaning aborted", reason="stopping" if self.stopping else "paused")
@@ -262,25 +308,37 @@ class WorkerPool:
             self.cleanings_ended += 1
 
     async def _clean_locally(
-        self, slot: CleanerSlot, grab: Grab, abort: threading.Event, bound: Any
+        self,
+        slot: CleanerSlot,
+        process: CleaningProcess | None,
+        grab: Grab,
+        abort: _Abort,
+        bound: Any,
     ) -> JobResult:
-        """Lease map memory and run ``run_clean`` in a cleaning thread; on shutdown, set the
-        abort signal and wait for the thread."""
+        """Lease map memory and run ``run_clean`` in the worker's process or a cleaning
+        thread; on shutdown, set the abort signal and wait for the cleaning."""
         tp, settings = grab.tp, self.settings
         async with self.budget.lease(grab.map_bytes) as granted:
             if abort.is_set():
                 raise CleaningAbortedError(str(tp))
-            job = self.threads.submit(
-                run_clean,
-                grab.directory,
-                grab.settings,
-                slot,
-                map_bytes=granted,
-                load_factor=settings.load_factor,
-                throttler=self.throttler,
-                now_ms=self.clock_ms(),
-                abort_check=abort.is_set,
-            )
+            job: asyncio.Future[JobResult]
+            if process is not None:
+                work = CleaningJob(
+                    grab.directory, grab.settings, granted, settings.load_factor, self.clock_ms()
+                )
+                job = asyncio.ensure_future(process.clean(work))
+            else:
+                job = self.threads.submit(
+                    run_clean,
+                    grab.directory,
+                    grab.settings,
+                    slot,
+                    map_bytes=granted,
+                    load_factor=settings.load_factor,
+                    throttler=self.throttler,
+                    now_ms=self.clock_ms(),
+                    abort_check=abort.is_set,
+                )
             try:
                 return await asyncio.shield(job)
             except asyncio.CancelledError:
@@ -377,6 +435,14 @@ class WorkerPool:
     def _set(self, wid: int, **changes: Any) -> None:
         current = self.status.get(wid, WorkerStatus(wid))
         self.status[wid] = dataclasses.replace(current, **changes)
+
+
+class _Abort(Protocol):
+    """A cleaning's abort signal: a ``threading.Event`` or a cleaning process's event."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
 
 
 def _message(error: BaseException) -> str:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from cleanerd._errors import PickledWhole
 from cleanerd.format import (
     Compression,
     ControlType,
@@ -49,7 +50,7 @@ BATCH_RECORDS = 1000
 """Records per data batch: big enough for the codec to work, small enough to stream."""
 
 
-class SnapshotError(ValueError):
+class SnapshotError(PickledWhole, ValueError):
     """A snapshot file that is not a whole, valid snapshot; the message names file and why."""
 
     def __init__(self, path: Path, reason: str) -> None:

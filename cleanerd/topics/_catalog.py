@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cleanerd._errors import PickledWhole
 from cleanerd.format import INT_MAX, LONG_MAX, MAX_DECOMPRESSED_BYTES
 
 COMPACT = "compact"
@@ -85,7 +86,7 @@ UNUSED_TOPIC_SETTINGS = frozenset(
 """Kafka topic settings the cleaner has no use for: a note, not an error, in a topic table."""
 
 
-class InvalidTopicConfigError(ValueError):
+class InvalidTopicConfigError(PickledWhole, ValueError):
     """A topic setting Kafka would refuse; ``setting`` is its Kafka name."""
 
     def __init__(self, setting: str, value: object, rule: str) -> None:

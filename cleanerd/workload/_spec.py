@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from cleanerd._errors import PickledWhole
 from cleanerd.format import Compression
 from cleanerd.storage import MAX_PARTITION, StorageError, validate_topic_name
 from cleanerd.topics import LogConfig
@@ -23,7 +24,7 @@ MAX_PRODUCERS = 1_000_000
 """Each producer kind owns a block of this many producer ids (see ``producers``)."""
 
 
-class WorkloadError(ValueError):
+class WorkloadError(PickledWhole, ValueError):
     """An invalid workload setting; ``option`` is the spec field (= the CLI option name)."""
 
     def __init__(self, option: str, message: str) -> None:

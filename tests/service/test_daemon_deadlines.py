@@ -20,7 +20,7 @@ from cleanerd.service import (
 from cleanerd.service._daemon import MIN_WAIT_S, wait_seconds
 from cleanerd.storage import PartitionLog, wall_clock_ms
 from cleanerd.topics import LogConfig
-from tests.support.in_process import HeldKernelLoad, compacting_daemon
+from tests.support.in_process import IN_THREADS, HeldKernelLoad, compacting_daemon
 from tests.support.logs import two_partitions
 from tests.support.polling import until
 
@@ -89,7 +89,9 @@ async def test_no_worker_takes_work_before_the_kernels_are_loaded(
         return clean_job.run_clean(directory, *args, **kwargs)
 
     monkeypatch.setattr(workers, "run_clean", recording)
-    daemon = compacting_daemon(two_partitions(tmp_path), {"log.cleaner.backoff.ms": "20"})
+    daemon = compacting_daemon(
+        two_partitions(tmp_path), {"log.cleaner.backoff.ms": "20", **IN_THREADS}
+    )
     run = asyncio.create_task(daemon.run())
     try:
         await until(held.started.is_set)

@@ -20,7 +20,7 @@ from cleanerd.storage import (
     read_pauses,
     write_pauses,
 )
-from tests.support.in_process import compacting_daemon
+from tests.support.in_process import IN_THREADS, compacting_daemon
 from tests.support.logs import two_partitions
 from tests.support.polling import until
 
@@ -96,7 +96,7 @@ async def test_after_a_restart_the_paused_partition_is_never_cleaned(
         return real_clean(directory, *args, **kwargs)
 
     monkeypatch.setattr(workers, "run_clean", recording_clean)
-    second = compacting_daemon(logdir, {"log.cleaner.threads": "1"})
+    second = compacting_daemon(logdir, {"log.cleaner.threads": "1", **IN_THREADS})
     grabs = _Grabs(second, T0)
     second.manager.grab = grabs  # type: ignore[method-assign]
     run = asyncio.create_task(second.run())

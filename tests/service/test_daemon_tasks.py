@@ -24,15 +24,18 @@ from cleanerd.service import (
     _workers as workers,
 )
 from cleanerd.service._workers import CLEAN_THREAD_PREFIX
+from tests.support.in_process import IN_THREADS
 from tests.support.logs import two_partitions
 from tests.support.polling import until
 
 
 def _daemon(logdir: Path, **settings: str) -> Daemon:
+    """A daemon whose cleanings run in its threads, where ``_Cleanings`` reaches them."""
     overrides = {
         "log.dirs": str(logdir),
         "cleanerd.http.listen": "127.0.0.1:0",
         "log.cleanup.policy": "compact",
+        **IN_THREADS,
         **settings,
     }
     loaded = load_config(env={}, overrides=overrides)
@@ -292,6 +295,7 @@ async def test_a_reload_that_changes_a_topics_settings_lifts_its_uncleanable_mar
         "cleanerd.http.listen": "127.0.0.1:0",
         "log.cleanup.policy": "compact",
         "cleanerd.retry.attempts": "0",
+        **IN_THREADS,
     }
     changed = load_config(env={}, overrides={**base, "log.cleaner.delete.retention.ms": "1000"})
     daemon = Daemon(load_config(env={}, overrides=base), lambda: changed)

@@ -28,7 +28,7 @@ async def clean_all(manager: CleanerManager, count: int) -> list[MutableMapping[
                 manager,
                 DedupeBudget(BUDGET),
                 Throttler(None),
-                PoolSettings(threads=1, load_factor=0.9, backoff_s=0.02),
+                PoolSettings(threads=1, load_factor=0.9, backoff_s=0.02, processes=False),
                 group=group,
                 clock_ms=lambda: NOW,
                 on_cleaned=lambda _grab, _result: None,

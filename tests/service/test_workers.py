@@ -43,6 +43,7 @@ def _pool(
         threads=threads,
         load_factor=0.9,
         backoff_s=0.02,
+        processes=False,  # in threads, where the tests' stand-ins for run_clean reach
     )
     pool = WorkerPool(
         manager,

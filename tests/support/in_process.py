@@ -30,6 +30,11 @@ class RecordingNotifier(SystemdNotifier):
         return sum("READY=1" in lines for lines in self.sent)
 
 
+IN_THREADS = {"cleanerd.cleaner.processes": "false"}
+"""Settings that run cleanings in the daemon's threads, where a test's stand-in for
+``run_clean`` (monkeypatched in ``service._workers``) reaches them; a process would not see it."""
+
+
 def compacting_daemon(
     logdir: Path,
     settings: Mapping[str, str] | None = None,

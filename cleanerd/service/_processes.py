@@ -1,0 +1,232 @@
+"""A worker's own process for its cleanings, so N workers use N cores and none waits on the GIL.
+
+With ``cleanerd.cleaner.processes`` on (the default) each worker coroutine owns one process: it
+starts it, hands it one cleaning at a time over a pipe, awaits the answer on the event loop
+(the pipe's and the process's file descriptors, no thread), and closes it when the worker
+retires or the daemon stops. The process keeps its ``CleanerSlot`` (its offset map) between
+cleanings, as a worker's thread does. It is spawned, not forked: the daemon has threads and an
+event loop that a fork would copy half-way.
+
+- Abort: a process-shared event, cleared before each cleaning and set from the event loop (a
+  pause, a stop); the cleaner reads it before every chunk, as a thread's. The process also
+  stops at the next chunk once the daemon is gone (its parent changed), so an orphan never
+  cleans beside a new daemon.
+- Signals: the process ignores SIGINT and SIGTERM (a terminal's Ctrl-C and systemd's stop reach
+  every process of the group): the daemon stops a cleaning through its abort signal, and kills a
+  process that has not stopped when its shutdown timeout ends.
+- Throttle: the daemon's one throttler, made with shared state, paces every process together.
+- Death: a process that dies (the OOM killer, a crash in a kernel) fails the cleaning it ran, as
+  the partition's failure naming the exit status; the next cleaning starts a new process.
+- Results and errors cross the pipe pickled; cleanerd's errors keep their file and position. An
+  error that cannot be pickled arrives as a ``RuntimeError`` with its type and message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import multiprocessing
+import os
+import pickle
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from cleanerd._jitcache import configure_numba_cache
+from cleanerd.compaction import Throttler, decompression_threads
+from cleanerd.service._clean_job import CleanerSlot, JobResult, run_clean
+from cleanerd.topics import TopicSettings
+
+PROCESS_NAME = "cleanerd-clean"
+"""The name each cleaning process gives itself (``multiprocessing``'s, seen in its errors)."""
+
+
+EXIT_TIMEOUT_S = 10.0
+"""How long a worker waits for its idle process to exit before it kills it (a stop of the daemon
+with a cleaning still running is bounded by ``cleanerd.shutdown.timeout.ms`` instead)."""
+
+
+class CleaningProcessDiedError(Exception):
+    """The process running a cleaning ended before it answered (killed, or crashed)."""
+
+
+@dataclass(frozen=True)
+class CleaningJob:
+    """One cleaning as the worker hands it to its process (``run_clean``'s arguments)."""
+
+    directory: Path
+    settings: TopicSettings
+    map_bytes: int
+    load_factor: float
+    now_ms: int
+
+
+def helper_threads(workers: int, cores: int | None = None) -> int:
+    """Decompression helper threads of each cleaning process: compaction's rule for one
+    cleaning on this process's share of the cores (one helper when a core is left for it)."""
+    if cores is None:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return decompression_threads(1, (cores or 1) // max(workers, 1))
+
+
+class CleaningProcess:
+    """One worker's cleaning process, started on first use and again after it died."""
+
+    def __init__(self, throttler: Throttler, helpers: int) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self.abort = self._context.Event()
+        self._throttler = throttler
+        self._helpers = helpers
+        self._process: Any = None  # multiprocessing's SpawnProcess
+        self._conn: Connection | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def _start(self) -> tuple[Any, Connection]:
+        ours, theirs = self._context.Pipe()
+        process = self._context.Process(
+            target=_serve,
+            args=(theirs, self.abort, self._throttler, self._helpers, os.getpid()),
+            name=PROCESS_NAME,
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        self._process, self._conn = process, ours
+        return process, ours
+
+    async def clean(self, job: CleaningJob) -> JobResult:
+        """Run ``job`` in the process; its error is raised here, a death as
+        ``CleaningProcessDiedError``. The caller clears or sets ``abort``."""
+        process, conn = self._process, self._conn
+        if process is None or conn is None or not process.is_alive():
+            self._drop()
+            process, conn = self._start()
+        conn.send(job)
+        await _readable(conn.fileno(), process.sentinel)
+        if not conn.poll():
+            process.join()
+            self._drop()
+            raise CleaningProcessDiedError(
+                f"the cleaning process (pid {process.pid}) ended before it answered: "
+                f"{_exit_status(process.exitcode)}"
+            )
+        ok, value = conn.recv()
+        if not ok:
+            raise value
+        result: JobResult = value
+        return result
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._process = self._conn = None
+
+    async def close(self, timeout_s: float) -> bool:
+        """End the process: it exits once its pipe closes (after a running cleaning, which
+        the caller has aborted); killed if still running after ``timeout_s``. False then."""
+        process = self._process
+        self._drop()
+        if process is None:
+            return True
+        try:
+            await asyncio.wait_for(_readable(process.sentinel), max(timeout_s, 0.0))
+        except TimeoutError:
+            process.kill()
+            process.join()
+            return False
+        process.join()
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the process now (shutdown timed out): the swap protocol makes that safe."""
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+
+
+async def _readable(*fds: int) -> None:
+    """Wait until one of ``fds`` is readable (data, end of file, or a process's exit)."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    for fd in fds:
+        loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)
+
+
+def _exit_status(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        hint = " (the kernel's OOM killer sends it)" if name == "SIGKILL" else ""
+        return f"killed by {name}{hint}"
+    return f"exit code {code}"
+
+
+def _serve(conn: Connection, abort: Any, throttler: Throttler, helpers: int, parent: int) -> None:
+    """The process's loop: one cleaning per message, its result or error back, until the pipe
+    closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    configure_numba_cache()  # the daemon's choice arrives in the environment; this checks it
+    throttler.stop_on(abort)
+    pool = (
+        concurrent.futures.ThreadPoolExecutor(helpers, thread_name_prefix="cleanerd-decompress")
+        if helpers
+        else None
+    )
+    slot = CleanerSlot(pool)
+
+    def stop() -> bool:
+        return bool(abort.is_set()) or os.getppid() != parent
+
+    while True:
+        try:
+            job: CleaningJob = conn.recv()
+        except (EOFError, OSError):
+            return
+        answer: tuple[bool, object]
+        try:
+            answer = (True, _run(job, slot, throttler, stop))
+        except Exception as e:  # the worker decides what an error means
+            answer = (False, e)
+        try:
+            _send(conn, answer)
+        except (BrokenPipeError, OSError):
+            return
+
+
+def _run(job: CleaningJob, slot: CleanerSlot, throttler: Throttler, stop: Any) -> JobResult:
+    return run_clean(
+        job.directory,
+        job.settings,
+        slot,
+        map_bytes=job.map_bytes,
+        load_factor=job.load_factor,
+        throttler=throttler,
+        now_ms=job.now_ms,
+        abort_check=stop,
+    )
+
+
+def _send(conn: Connection, answer: tuple[bool, object]) -> None:
+    """Send ``answer``; an error that does not pickle goes as a ``RuntimeError`` naming it."""
+    try:
+        conn.send(answer)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        error = answer[1]
+        conn.send((False, RuntimeError(f"{type(error).__name__}: {error}")))
