@@ -1,9 +1,10 @@
-"""One cleaning as a worker runs it in a thread: open, plan afresh, clean once, close.
+"""One cleaning as a worker runs it, in its process or a thread: open, plan afresh, clean once,
+close.
 
 This is the daemon's counterpart of Kafka's ``CleanerThread.cleanLog``: one ``doClean`` over the
 dirty range the log has now (the manager's plan came from cached metadata and may be stale), then,
 for ``compact,delete`` topics, Kafka's retention deletion. Everything here is synchronous and runs
-off the event loop; the kernels release the GIL, so N workers use N cores.
+off the event loop, in the worker's cleaning process (``service._processes``) or in a thread.
 
 Each worker keeps one ``Cleaner`` (and so one offset map) and reuses it while the lease size and
 the strategy stay the same: a fresh map faults its pages in again, which costs more than a small

@@ -8,9 +8,11 @@ cleanings, as a worker's thread does. It is spawned, not forked: the daemon has 
 event loop that a fork would copy half-way.
 
 - Abort: a process-shared event, cleared before each cleaning and set from the event loop (a
-  pause, a stop); the cleaner reads it before every chunk, as a thread's. The process also
-  stops at the next chunk once the daemon is gone (its parent changed), so an orphan never
-  cleans beside a new daemon.
+  pause, a stop); the cleaner reads it before every chunk, as a thread's.
+- The daemon's death: on Linux the process asks the kernel for SIGKILL when the thread that
+  started it (the event loop's) ends (``PR_SET_PDEATHSIG``), so an orphan never cleans beside a
+  new daemon; elsewhere it stops at its next chunk once its parent changed. Either is safe by
+  the swap protocol, as any crash is.
 - Signals: the process ignores SIGINT and SIGTERM (a terminal's Ctrl-C and systemd's stop reach
   every process of the group): the daemon stops a cleaning through its abort signal, and kills a
   process that has not stopped when its shutdown timeout ends.
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
 import multiprocessing
 import os
 import pickle
 import signal
+import sys
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -108,14 +112,15 @@ class CleaningProcess:
             process, conn = self._start()
         conn.send(job)
         await _readable(conn.fileno(), process.sentinel)
-        if not conn.poll():
+        try:
+            ok, value = conn.recv()  # readable: an answer, or the end of a dead process's pipe
+        except (EOFError, OSError):
             process.join()
             self._drop()
             raise CleaningProcessDiedError(
                 f"the cleaning process (pid {process.pid}) ended before it answered: "
                 f"{_exit_status(process.exitcode)}"
-            )
-        ok, value = conn.recv()
+            ) from None
         if not ok:
             raise value
         result: JobResult = value
@@ -182,6 +187,9 @@ def _serve(conn: Connection, abort: Any, throttler: Throttler, helpers: int, par
     closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _die_with_parent()
+    if os.getppid() != parent:  # it died before the request took effect
+        return
     configure_numba_cache()  # the daemon's choice arrives in the environment; this checks it
     throttler.stop_on(abort)
     pool = (
@@ -208,6 +216,18 @@ def _serve(conn: Connection, abort: Any, throttler: Throttler, helpers: int, par
             _send(conn, answer)
         except (BrokenPipeError, OSError):
             return
+
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option: the signal this process gets when its parent thread ends (Linux)."""
+
+
+def _die_with_parent() -> None:
+    """Ask Linux for SIGKILL when the daemon ends; elsewhere ``stop`` watches the parent."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _run(job: CleaningJob, slot: CleanerSlot, throttler: Throttler, stop: Any) -> JobResult:
