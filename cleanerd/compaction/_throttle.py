@@ -35,6 +35,8 @@ DEFAULT_CHECK_INTERVAL_S = 0.3
 
 # the throttler's state: one double each, in this order, in plain or shared memory
 _RATE, _PERIOD_START, _OBSERVED, _PAUSE_UNTIL, _SLEPT, _BYTES = range(6)
+# The rate and the totals are read without the lock: each is one aligned double, read whole,
+# and a cleaning process killed while it held the shared lock would otherwise stop every scrape.
 
 
 class _Stop(Protocol):
@@ -112,30 +114,36 @@ class Throttler:
     @property
     def rate(self) -> float:
         """Target bytes per second; ``math.inf`` when unlimited."""
-        with self._lock:
-            return float(self._state[_RATE])
+        return float(self._state[_RATE])  # no lock: see the state's note
 
     @property
     def unlimited(self) -> bool:
         return self.rate == math.inf
 
     def set_rate(self, rate_bytes_per_s: float | None) -> None:
-        """Change the target at run time (SIGHUP); it applies from the next check, as in Kafka."""
+        """Change the target at run time (SIGHUP); it applies from the next check, as in Kafka.
+
+        A caller already asleep sleeps on (as Kafka's would); one that calls in later no longer
+        waits out a pause worked out at the old rate (an operator who lifts a throttle of a few
+        bytes a second should not wait its hour), and a new period starts."""
         rate = _validated_rate(rate_bytes_per_s)
         with self._lock:
-            self._state[_RATE] = rate
+            state = self._state
+            if rate != state[_RATE]:
+                state[_RATE] = rate
+                state[_PAUSE_UNTIL] = -math.inf
+                state[_PERIOD_START] = self._clock()
+                state[_OBSERVED] = 0.0
 
     @property
     def slept_seconds(self) -> float:
         """Seconds callers have spent throttled, summed over threads."""
-        with self._lock:
-            return float(self._state[_SLEPT])
+        return float(self._state[_SLEPT])  # no lock: see the state's note
 
     @property
     def bytes_total(self) -> int:
         """Bytes passed to ``maybe_throttle`` since creation (Kafka's ``cleaner-io`` meter)."""
-        with self._lock:
-            return int(self._state[_BYTES])
+        return int(self._state[_BYTES])  # no lock: see the state's note
 
     def maybe_throttle(self, n_bytes: int) -> float:
         """Account ``n_bytes`` of I/O; sleep if the rate is over the target. Returns seconds slept.

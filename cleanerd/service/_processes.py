@@ -7,11 +7,15 @@ retires or the daemon stops. The process keeps its ``CleanerSlot`` (its offset m
 cleanings, as a worker's thread does. It is spawned, not forked: the daemon has threads and an
 event loop that a fork would copy half-way.
 
-- Abort: a process-shared event, cleared before each cleaning and set from the event loop (a
-  pause, a stop); the cleaner reads it before every chunk, as a thread's.
+- Abort: one message on the process's pipe, sent from the event loop (a pause, a stop); the
+  cleaner looks for it before every chunk, as a thread reads its event, and a throttle sleep
+  waits on the pipe so the message ends it. A pipe rather than a process-shared event: setting
+  such an event waits for its sleepers to wake, so a process stopped or killed in a throttle
+  sleep would hang the event loop; a message of a few bytes is sent once a cleaning and never
+  waits.
 - The daemon's death: on Linux the process asks the kernel for SIGKILL when the thread that
   started it (the event loop's) ends (``PR_SET_PDEATHSIG``), so an orphan never cleans beside a
-  new daemon; elsewhere it stops at its next chunk once its parent changed. Either is safe by
+  new daemon; elsewhere the end of its pipe aborts its cleaning at the next chunk. Either is safe by
   the swap protocol, as any crash is.
 - Signals: the process ignores SIGINT and SIGTERM (a terminal's Ctrl-C and systemd's stop reach
   every process of the group): the daemon stops a cleaning through its abort signal, and kills a
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import ctypes
 import multiprocessing
 import os
@@ -52,6 +57,10 @@ EXIT_TIMEOUT_S = 10.0
 with a cleaning still running is bounded by ``cleanerd.shutdown.timeout.ms`` instead)."""
 
 
+ABORT = "abort"
+"""The one message the daemon sends a process while it cleans."""
+
+
 class CleaningProcessDiedError(Exception):
     """The process running a cleaning ended before it answered (killed, or crashed)."""
 
@@ -75,12 +84,45 @@ def helper_threads(workers: int, cores: int | None = None) -> int:
     return decompression_threads(1, (cores or 1) // max(workers, 1))
 
 
+class AbortSignal:
+    """A cleaning's abort signal as the daemon holds it: set once, it sends ``ABORT`` to the
+    process running the cleaning (or, set before the cleaning starts, right after its job)."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._conn: Connection | None = None
+
+    def begin(self) -> None:
+        """A new cleaning: not set."""
+        self._set, self._conn = False, None
+
+    def running_on(self, conn: Connection | None) -> None:
+        """The cleaning is running in the process at the end of ``conn`` (None: it ended)."""
+        self._conn = conn
+        if conn is not None and self._set:
+            self._send()
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._send()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def _send(self) -> None:
+        if self._conn is None:
+            return
+        with contextlib.suppress(OSError):  # a dead process: its cleaning ends without it
+            self._conn.send(ABORT)
+
+
 class CleaningProcess:
     """One worker's cleaning process, started on first use and again after it died."""
 
     def __init__(self, throttler: Throttler, helpers: int) -> None:
         self._context = multiprocessing.get_context("spawn")
-        self.abort = self._context.Event()
+        self.abort = AbortSignal()
         self._throttler = throttler
         self._helpers = helpers
         self._process: Any = None  # multiprocessing's SpawnProcess
@@ -94,7 +136,7 @@ class CleaningProcess:
         ours, theirs = self._context.Pipe()
         process = self._context.Process(
             target=_serve,
-            args=(theirs, self.abort, self._throttler, self._helpers, os.getpid()),
+            args=(theirs, self._throttler, self._helpers),
             name=PROCESS_NAME,
             daemon=True,
         )
@@ -105,13 +147,17 @@ class CleaningProcess:
 
     async def clean(self, job: CleaningJob) -> JobResult:
         """Run ``job`` in the process; its error is raised here, a death as
-        ``CleaningProcessDiedError``. The caller clears or sets ``abort``."""
+        ``CleaningProcessDiedError``. The caller begins and sets ``abort``."""
         process, conn = self._process, self._conn
         if process is None or conn is None or not process.is_alive():
             self._drop()
             process, conn = self._start()
         conn.send(job)
-        await _readable(conn.fileno(), process.sentinel)
+        self.abort.running_on(conn)
+        try:
+            await _readable(conn.fileno(), process.sentinel)
+        finally:
+            self.abort.running_on(None)
         try:
             ok, value = conn.recv()  # readable: an answer, or the end of a dead process's pipe
         except (EOFError, OSError):
@@ -182,34 +228,51 @@ def _exit_status(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _serve(conn: Connection, abort: Any, throttler: Throttler, helpers: int, parent: int) -> None:
-    """The process's loop: one cleaning per message, its result or error back, until the pipe
+class _Aborted:
+    """The abort signal as a cleaning process sees it: ``ABORT`` (or the end of the daemon's
+    pipe) waiting on its pipe. Also the throttle's stop, whose sleep it ends."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self.seen = False
+
+    def is_set(self) -> bool:
+        return self.wait(0.0)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if not self.seen and self._conn.poll(timeout):
+            try:
+                self.seen = self._conn.recv() == ABORT
+            except (EOFError, OSError):  # the daemon is gone
+                self.seen = True
+        return self.seen
+
+
+def _serve(conn: Connection, throttler: Throttler, helpers: int) -> None:
+    """The process's loop: one cleaning per job, its result or error back, until the pipe
     closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent()
-    if os.getppid() != parent:  # it died before the request took effect
-        return
     configure_numba_cache()  # the daemon's choice arrives in the environment; this checks it
-    throttler.stop_on(abort)
     pool = (
         concurrent.futures.ThreadPoolExecutor(helpers, thread_name_prefix="cleanerd-decompress")
         if helpers
         else None
     )
     slot = CleanerSlot(pool)
-
-    def stop() -> bool:
-        return bool(abort.is_set()) or os.getppid() != parent
-
     while True:
         try:
-            job: CleaningJob = conn.recv()
+            job = conn.recv()
         except (EOFError, OSError):
             return
+        if job == ABORT:  # sent as the last cleaning ended: it was for that one
+            continue
+        aborted = _Aborted(conn)
+        throttler.stop_on(aborted)
         answer: tuple[bool, object]
         try:
-            answer = (True, _run(job, slot, throttler, stop))
+            answer = (True, _run(job, slot, throttler, aborted.is_set))
         except Exception as e:  # the worker decides what an error means
             answer = (False, e)
         try:
@@ -223,7 +286,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent() -> None:
-    """Ask Linux for SIGKILL when the daemon ends; elsewhere ``stop`` watches the parent."""
+    """Ask Linux for SIGKILL when the daemon ends (elsewhere the pipe's end aborts)."""
     if not sys.platform.startswith("linux"):
         return
     libc = ctypes.CDLL(None, use_errno=True)

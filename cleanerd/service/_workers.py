@@ -269,7 +269,7 @@ class WorkerPool:
         abort: _Abort
         if spark is None and process is not None:
             abort = process.abort
-            abort.clear()
+            abort.begin()
         else:
             abort = threading.Event()
         self._aborts[tp] = abort

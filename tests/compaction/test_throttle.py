@@ -178,6 +178,32 @@ def test_a_caller_during_a_pause_waits_out_the_rest_of_it() -> None:
     assert t.slept_seconds == pytest.approx(3.5)
 
 
+def test_a_new_rate_ends_a_pause_for_callers_that_come_later() -> None:
+    """A pause worked out at 1 B/s would last hours; after the operator lifts the throttle a
+    later caller does not wait it out (one already asleep sleeps on, as in Kafka)."""
+    clock = FakeClock()
+    recorded: list[float] = []
+    t = Throttler(1, clock=clock, sleep=recorded.append)  # sleeps do not move the clock
+    clock.advance(1.0)
+    assert t.maybe_throttle(3601) == pytest.approx(3600.0)
+    clock.advance(1.0)
+    assert t.maybe_throttle(10) == pytest.approx(3599.0)  # the same pause, at the same rate
+    t.set_rate(None)
+    clock.advance(1.0)
+    assert t.maybe_throttle(10) == 0.0
+    assert recorded == [pytest.approx(3600.0), pytest.approx(3599.0)]
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_totals_read_as_written_in_plain_and_shared_state(shared: bool) -> None:
+    clock = FakeClock()
+    t = Throttler(1000, clock=clock, sleep=clock.sleep, shared=shared)
+    clock.advance(1.0)
+    t.maybe_throttle(3000)
+    assert (t.bytes_total, t.rate) == (3000, 1000.0)
+    assert t.slept_seconds == pytest.approx(2.0)
+
+
 def test_threads_totals_are_exact() -> None:
     clock = FakeClock()
     t = make(1000, clock, check_interval_s=0.0)
