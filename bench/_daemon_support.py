@@ -132,6 +132,23 @@ def build_count_dir(
 # --- the daemon process --------------------------------------------------------------------------
 
 
+def _process_tree(root: int) -> list[int]:
+    """``root`` and every process below it (from each process's parent in /proc)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+    tree, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        tree += frontier
+    return tree
+
+
 class Daemon:
     """One ``cleanerd run`` subprocess; use as a context manager (it is stopped on exit)."""
 
@@ -266,17 +283,21 @@ class Daemon:
             return json.loads(r.read())
 
     def stat(self) -> dict[str, float]:
-        """CPU seconds (user + system, all threads) and resident MiB of the daemon now."""
+        """CPU seconds (user + system, all threads) and resident MiB of the daemon now, with
+        its cleaning processes (its children, and the CPU of those it has reaped)."""
         assert self.proc is not None
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open(f"/proc/{self.proc.pid}/status") as f:
-            rss = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
-        return {
-            "cpu_s": (int(fields[11]) + int(fields[12])) / TICK,
-            "rss_mib": rss / 1024,
-            "threads": int(fields[17]),
-        }
+        cpu, rss, threads = 0.0, 0, 0
+        for pid in _process_tree(self.proc.pid):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/status") as f:
+                    rss += next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+            except (FileNotFoundError, StopIteration):  # ended meanwhile
+                continue
+            cpu += sum(int(v) for v in fields[11:15]) / TICK  # utime stime cutime cstime
+            threads += int(fields[17])
+        return {"cpu_s": cpu, "rss_mib": rss / 1024, "threads": threads}
 
     def stop(self, timeout: float = 60.0) -> tuple[int | None, float]:
         """SIGTERM and wait; returns (exit code, seconds to exit)."""

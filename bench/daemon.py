@@ -184,7 +184,9 @@ def idle(work: Path, log_dir: Path, backoff_s: float, seconds: float) -> dict[st
 # --- throughput ----------------------------------------------------------------------------------
 
 
-def throughput_run(work: Path, tpl: Path, warm: Path, workers: int) -> dict[str, Any]:
+def throughput_run(
+    work: Path, tpl: Path, warm: Path, workers: int, processes: bool
+) -> dict[str, Any]:
     run = work / f"tp-{workers}"
     if run.exists():
         shutil.rmtree(run)
@@ -196,6 +198,7 @@ def throughput_run(work: Path, tpl: Path, warm: Path, workers: int) -> dict[str,
         "log.cleaner.threads": workers,
         "log.cleaner.backoff.ms": 100,
         "log.cleaner.min.cleanable.ratio": 0.01,
+        "cleanerd.cleaner.processes": processes,
     }
     with Daemon(run, logs, settings) as d:
         d.wait_ready()
@@ -258,9 +261,11 @@ def throughput(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "records_each": spec.records,
         "keys": KEYS,
         "value_bytes": 100,
+        "cleanings_in": args.cleanings_in,
     }
     for workers in (1, 2):
-        runs = [throughput_run(work, tpl, warm, workers) for _ in range(args.repeat)]
+        processes = args.cleanings_in == "processes"
+        runs = [throughput_run(work, tpl, warm, workers, processes) for _ in range(args.repeat)]
         top = min(runs, key=lambda r: r["window_seconds"])
         log(
             f"throughput, {workers} worker(s): {top['records_per_s'] / 1e6:.2f} M records/s, "
@@ -350,6 +355,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--small-records", type=int, default=100, help="records in each small one")
     p.add_argument("--records", type=int, default=250_000, help="records per throughput log")
     p.add_argument("--tp-partitions", type=int, default=96, help="throughput partitions")
+    p.add_argument(
+        "--cleanings-in",
+        choices=("processes", "threads"),
+        default="processes",
+        help="cleanerd.cleaner.processes for the throughput runs (the default: processes)",
+    )
     p.add_argument("--repeat", type=int, default=3, help="runs per measurement (best reported)")
     p.add_argument("--idle-seconds", type=float, default=10.0, help="idle window, at least")
     p.add_argument("--idle-backoffs", default="15,1", help="log.cleaner.backoff.ms values, in s")
