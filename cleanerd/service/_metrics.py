@@ -22,6 +22,7 @@ against its deadline is in ``cleanerd_compaction_delay_seconds`` and the deadlin
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from collections.abc import Callable, Iterable
@@ -289,7 +290,9 @@ class StatusCollector:
         self._status = status
 
     def collect(self) -> Iterable[Metric]:
-        return status_metrics(self._status()) + descriptor_metrics()
+        s = self._status()
+        pids = [w.pid for w in s.workers if w.pid is not None]
+        return status_metrics(s) + descriptor_metrics() + cleaning_process_metrics(pids)
 
 
 def descriptor_metrics() -> list[Metric]:
@@ -353,3 +356,47 @@ class DaemonMetrics:
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def cleaning_process_metrics(pids: Iterable[int]) -> list[Metric]:
+    """The workers' cleaning processes from ``/proc`` (the ``process_*`` metrics are the
+    daemon's own): how many run, their resident memory, and their CPU with the ended ones'
+    (which the kernel adds to the daemon's children's time when it reaps them)."""
+    running, rss, cpu = 0, 0, _reaped_children_cpu()
+    for pid in pids:
+        figures = _process_figures(pid)
+        if figures is not None:
+            running += 1
+            rss += figures[0]
+            cpu += figures[1]
+    return [
+        _gauge("cleanerd_cleaning_processes", running),
+        _gauge("cleanerd_cleaning_process_resident_memory_bytes", rss),
+        _counter("cleanerd_cleaning_process_cpu_seconds_total", cpu),
+    ]
+
+
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """``/proc/<pid>/stat`` after the command name (field 3 on), or None (no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _process_figures(pid: int) -> tuple[int, float] | None:
+    """(resident bytes, user + system CPU seconds) of ``pid``, or None when it is gone."""
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[21]) * _PAGE, (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _reaped_children_cpu() -> float:
+    fields = _stat_fields("self")
+    return 0.0 if fields is None else (int(fields[13]) + int(fields[14])) / _TICKS

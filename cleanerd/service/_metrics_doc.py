@@ -260,6 +260,26 @@ METRICS_DOC: tuple[MetricDoc, ...] = (
         "",
     ),
     MetricDoc("cleanerd_worker_restarts_total", "counter", "Crashed workers restarted.", ""),
+    MetricDoc(
+        "cleanerd_cleaning_processes",
+        "gauge",
+        "Workers' cleaning processes running (cleanerd.cleaner.processes); the process_* metrics"
+        " cover the daemon's own process only.",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_cleaning_process_resident_memory_bytes",
+        "gauge",
+        "Resident memory of the workers' cleaning processes, summed (their offset maps and"
+        " chunks are there).",
+        "",
+    ),
+    MetricDoc(
+        "cleanerd_cleaning_process_cpu_seconds_total",
+        "counter",
+        "CPU time (user and system) of the workers' cleaning processes, the ended ones included.",
+        "",
+    ),
     MetricDoc("cleanerd_snapshots_total", "counter", "KIP-630 snapshots taken.", ""),
     MetricDoc(
         "cleanerd_snapshot_failures_total", "counter", "Snapshot jobs that failed (logged).", ""

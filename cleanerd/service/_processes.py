@@ -132,7 +132,12 @@ class CleaningProcess:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def _start(self) -> tuple[Any, Connection]:
+    def start(self) -> tuple[Any, Connection]:
+        """The process and its pipe: the running one, or a new one if none runs."""
+        process, conn = self._process, self._conn
+        if process is not None and conn is not None and process.is_alive():
+            return process, conn
+        self._drop()
         ours, theirs = self._context.Pipe()
         process = self._context.Process(
             target=_serve,
@@ -148,10 +153,7 @@ class CleaningProcess:
     async def clean(self, job: CleaningJob) -> JobResult:
         """Run ``job`` in the process; its error is raised here, a death as
         ``CleaningProcessDiedError``. The caller begins and sets ``abort``."""
-        process, conn = self._process, self._conn
-        if process is None or conn is None or not process.is_alive():
-            self._drop()
-            process, conn = self._start()
+        process, conn = self.start()
         conn.send(job)
         self.abort.running_on(conn)
         try:

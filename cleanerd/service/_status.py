@@ -30,6 +30,7 @@ class WorkerStatus:
     last_bytes_written: int = 0
     last_clean_seconds: float = 0.0
     last_max_compaction_delay_ms: int = 0  # of the grab that gave it its last log
+    pid: int | None = None  # its cleaning process (cleanerd.cleaner.processes), once started
 
 
 @dataclass(frozen=True)

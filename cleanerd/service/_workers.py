@@ -216,19 +216,24 @@ class WorkerPool:
         try:
             while not self.stopping and wid < self.settings.threads:
                 if self.settings.processes != (process is not None):  # started, or a reload
-                    process = await self._swap_process(process)
+                    process = await self._swap_process(wid, process)
                 await self._step(wid, slot, process)
         finally:
             if process is not None:
                 await self._close_process(process)
 
-    async def _swap_process(self, process: CleaningProcess | None) -> CleaningProcess | None:
+    async def _swap_process(
+        self, wid: int, process: CleaningProcess | None
+    ) -> CleaningProcess | None:
         """A new cleaning process when processes are on, none when off (closing the old)."""
         if process is not None:
             await self._close_process(process)
+            self._set(wid, pid=None)
             return None
         process = CleaningProcess(self.throttler, helper_threads(self.settings.threads))
         self._processes.add(process)
+        process.start()
+        self._set(wid, pid=process.pid)
         return process
 
     async def _close_process(self, process: CleaningProcess) -> None:
@@ -305,6 +310,8 @@ class WorkerPool:
         finally:
             self._aborts.pop(tp, None)
             self._set(wid, partition=None, engine=None, spark_job=None)
+            if process is not None:  # a new one if it died
+                self._set(wid, pid=process.pid)
             self.cleanings_ended += 1
 
     async def _clean_locally(

@@ -48,6 +48,10 @@ async def test_stop_aborts_a_cleaning_in_its_process_and_leaves_no_process(
     await _throttled(daemon)
     pids = _cleaning_pids(daemon)
     assert os.getpid() not in pids
+    assert len(pids) == 2
+    assert {w.pid for w in daemon.status().workers} == pids  # /status names each one
+    body, _ = daemon.metrics.render()
+    assert b"\ncleanerd_cleaning_processes 2.0\n" in body
     with structlog.testing.capture_logs() as logs:
         daemon.request_stop("test")
         assert await asyncio.wait_for(run, 60) == 0

@@ -8,6 +8,8 @@ uncleanable figures per log dir, and the per-partition switch.
 from __future__ import annotations
 
 import resource
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -417,3 +419,30 @@ def test_time_to_each_partition_s_deadline() -> None:
     assert (
         _one(off, "cleanerd_overdue_blocked_partitions", reason="paused") == 1
     )  # not per partition
+
+
+def test_cleaning_processes_are_measured_from_proc_and_a_gone_one_is_left_out() -> None:
+    """Two workers: one with a live process (a real child that holds 64 MiB, standing in for a
+    cleaning process), one whose process is gone; the daemon's own process_* stay its own."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "b = bytearray(64 << 20); print(1, flush=True); input()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        assert holder.stdout is not None
+        holder.stdout.readline()  # its memory is touched
+        workers = (WorkerStatus(0, pid=holder.pid), WorkerStatus(1, pid=gone.pid))
+        status = DaemonStatus(now_ms=1, partitions=(), workers=workers)
+        samples, _ = _scrape(status)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert _one(samples, "cleanerd_cleaning_processes") == 1
+    rss = _one(samples, "cleanerd_cleaning_process_resident_memory_bytes")
+    assert 64 << 20 < rss < 256 << 20  # the child alone: Python and its 64 MiB
+    # the reaped child's CPU counts too (``gone`` ran Python's start-up)
+    assert _one(samples, "cleanerd_cleaning_process_cpu_seconds_total") > 0
+    assert _one(samples, "process_resident_memory_bytes") > 0
