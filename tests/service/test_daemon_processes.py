@@ -15,7 +15,7 @@ import structlog
 
 from cleanerd.service import Daemon
 from cleanerd.storage import TopicPartition
-from tests.support.in_process import compacting_daemon
+from tests.support.in_process import IN_THREADS, compacting_daemon
 from tests.support.logs import tree_hash, two_partitions
 from tests.support.polling import until
 
@@ -145,3 +145,26 @@ async def test_a_cleaning_process_killed_by_the_kernel_is_that_partitions_failur
     finally:
         daemon.request_stop("test")
         assert await asyncio.wait_for(run, 60) == 0
+
+
+@pytest.mark.asyncio
+async def test_a_reload_moves_the_cleanings_between_processes_and_threads(tmp_path: Path) -> None:
+    logdir = two_partitions(tmp_path)
+    settings = {"log.cleaner.backoff.ms": "50", "log.cleaner.threads": "2"}
+    daemon = compacting_daemon(logdir, settings)
+    run = asyncio.create_task(daemon.run())
+    try:
+        await until(lambda: daemon.manager.totals.cleanings == 2)
+        assert len(_cleaning_pids(daemon)) == 2
+        in_threads = compacting_daemon(logdir, {**settings, **IN_THREADS}).loaded
+        daemon._reload_config = lambda: in_threads
+        daemon.reload()
+        await until(lambda: multiprocessing.active_children() == [])
+        assert all(w.pid is None for w in daemon.status().workers)
+        daemon._reload_config = lambda: compacting_daemon(logdir, settings).loaded
+        daemon.reload()
+        await until(lambda: len(multiprocessing.active_children()) == 2)
+    finally:
+        daemon.request_stop("test")
+        assert await asyncio.wait_for(run, 60) == 0
+    assert multiprocessing.active_children() == []
