@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import gc
 import os
 import signal
@@ -283,6 +284,7 @@ class Daemon:
             on_cleaned=self._cleaned,
             spark=self.spark,
             service=self.service.submit,
+            warm_up=functools.partial(load_kernels, log_dirs=tuple(self.loaded.config.log_dirs)),
         )
         self.pool.resize(self.pool.settings.threads)
 

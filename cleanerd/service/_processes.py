@@ -23,6 +23,8 @@ event loop that a fork would copy half-way.
 - Throttle: the daemon's one throttler, made with shared state, paces every process together.
 - Death: a process that dies (the OOM killer, a crash in a kernel) fails the cleaning it ran, as
   the partition's failure naming the exit status; the next cleaning starts a new process.
+- Start: the process loads the kernels first (``warm_up``: the daemon's own kernel load, done
+  again in the process, whose kernels are its own), so its first cleaning runs at full speed.
 - Results and errors cross the pipe pickled; cleanerd's errors keep their file and position. An
   error that cannot be pickled arrives as a ``RuntimeError`` with its type and message.
 """
@@ -38,6 +40,7 @@ import os
 import pickle
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -120,11 +123,15 @@ class AbortSignal:
 class CleaningProcess:
     """One worker's cleaning process, started on first use and again after it died."""
 
-    def __init__(self, throttler: Throttler, helpers: int) -> None:
+    def __init__(
+        self, throttler: Throttler, helpers: int, warm_up: Callable[[], object] | None = None
+    ) -> None:
+        """``warm_up``: run in the process before its first job (picklable)."""
         self._context = multiprocessing.get_context("spawn")
         self.abort = AbortSignal()
         self._throttler = throttler
         self._helpers = helpers
+        self._warm_up = warm_up
         self._process: Any = None  # multiprocessing's SpawnProcess
         self._conn: Connection | None = None
 
@@ -141,7 +148,7 @@ class CleaningProcess:
         ours, theirs = self._context.Pipe()
         process = self._context.Process(
             target=_serve,
-            args=(theirs, self._throttler, self._helpers),
+            args=(theirs, self._throttler, self._helpers, self._warm_up),
             name=PROCESS_NAME,
             daemon=True,
         )
@@ -250,13 +257,21 @@ class _Aborted:
         return self.seen
 
 
-def _serve(conn: Connection, throttler: Throttler, helpers: int) -> None:
+def _serve(
+    conn: Connection,
+    throttler: Throttler,
+    helpers: int,
+    warm_up: Callable[[], object] | None,
+) -> None:
     """The process's loop: one cleaning per job, its result or error back, until the pipe
     closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _die_with_parent()
     configure_numba_cache()  # the daemon's choice arrives in the environment; this checks it
+    if warm_up is not None:
+        with contextlib.suppress(Exception):  # the daemon reported its own load; a cleaning
+            warm_up()  # compiles what it calls all the same
     pool = (
         concurrent.futures.ThreadPoolExecutor(helpers, thread_name_prefix="cleanerd-decompress")
         if helpers

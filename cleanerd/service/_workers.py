@@ -99,8 +99,11 @@ class WorkerPool:
         on_cleaned: Callable[[Grab, JobResult], None],
         spark: SparkEngine | None = None,
         service: Blocking = in_default_pool,
+        warm_up: Callable[[], object] | None = None,
     ) -> None:
-        """``service`` runs the short blocking calls of a Spark cleaning (progress, cancel)."""
+        """``service`` runs the short blocking calls of a Spark cleaning (progress, cancel);
+        ``warm_up`` loads the kernels in each new cleaning process (picklable)."""
+        self.warm_up = warm_up
         self.manager = manager
         self.group = group
         self.service = service
@@ -230,7 +233,8 @@ class WorkerPool:
             await self._close_process(process)
             self._set(wid, pid=None)
             return None
-        process = CleaningProcess(self.throttler, helper_threads(self.settings.threads))
+        helpers = helper_threads(self.settings.threads)
+        process = CleaningProcess(self.throttler, helpers, self.warm_up)
         self._processes.add(process)
         process.start()
         self._set(wid, pid=process.pid)

@@ -5,6 +5,7 @@ one cleaning only."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import pickle
 import shutil
@@ -256,3 +257,23 @@ def test_a_cleaning_process_dies_with_the_daemon_and_leaves_the_log_whole(
     finally:
         daemon.kill()
     assert tree_hash(logdir) == before
+
+
+@pytest.mark.asyncio
+async def test_the_process_warms_up_before_its_first_cleaning_and_a_failed_warm_up_is_no_harm(
+    tmp_path: Path,
+) -> None:
+    logdir = two_partitions(tmp_path)
+    marker = tmp_path / "warmed"
+    warmed = CleaningProcess(Throttler(None, shared=True), 0, functools.partial(marker.touch))
+    failing = CleaningProcess(
+        Throttler(None, shared=True), 0, functools.partial(os.remove, tmp_path / "absent")
+    )
+    try:
+        await warmed.clean(_job(logdir / "t-0"))
+        assert marker.is_file()
+        result = await failing.clean(_job(logdir / "t-1"))
+        assert result.stats.messages_written == 7
+    finally:
+        assert await warmed.close(10.0)
+        assert await failing.close(10.0)
