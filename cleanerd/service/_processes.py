@@ -24,7 +24,8 @@ event loop that a fork would copy half-way.
 - Death: a process that dies (the OOM killer, a crash in a kernel) fails the cleaning it ran, as
   the partition's failure naming the exit status; the next cleaning starts a new process.
 - Start: the process loads the kernels first (``warm_up``: the daemon's own kernel load, done
-  again in the process, whose kernels are its own), so its first cleaning runs at full speed.
+  again in the process, whose kernels are its own) and then says ``READY``; its worker takes no
+  log before that, so a log never waits behind a warm-up while another worker is free.
 - Results and errors cross the pipe pickled; cleanerd's errors keep their file and position. An
   error that cannot be pickled arrives as a ``RuntimeError`` with its type and message.
 """
@@ -62,6 +63,8 @@ with a cleaning still running is bounded by ``cleanerd.shutdown.timeout.ms`` ins
 
 ABORT = "abort"
 """The one message the daemon sends a process while it cleans."""
+READY = "ready"
+"""What a process says once it has warmed up, before any answer."""
 
 
 class CleaningProcessDiedError(Exception):
@@ -139,8 +142,9 @@ class CleaningProcess:
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    def start(self) -> tuple[Any, Connection]:
-        """The process and its pipe: the running one, or a new one if none runs."""
+    async def start(self) -> tuple[Any, Connection]:
+        """The process and its pipe: the running one, or a new one once it is warm (its
+        death meanwhile: ``CleaningProcessDiedError``)."""
         process, conn = self._process, self._conn
         if process is not None and conn is not None and process.is_alive():
             return process, conn
@@ -155,20 +159,14 @@ class CleaningProcess:
         process.start()
         theirs.close()
         self._process, self._conn = process, ours
+        await self._answer(process, ours)  # READY
         return process, ours
 
-    async def clean(self, job: CleaningJob) -> JobResult:
-        """Run ``job`` in the process; its error is raised here, a death as
-        ``CleaningProcessDiedError``. The caller begins and sets ``abort``."""
-        process, conn = self.start()
-        conn.send(job)
-        self.abort.running_on(conn)
+    async def _answer(self, process: Any, conn: Connection) -> Any:
+        """The process's next message; its death instead: ``CleaningProcessDiedError``."""
+        await _readable(conn.fileno(), process.sentinel)
         try:
-            await _readable(conn.fileno(), process.sentinel)
-        finally:
-            self.abort.running_on(None)
-        try:
-            ok, value = conn.recv()  # readable: an answer, or the end of a dead process's pipe
+            return conn.recv()  # readable: a message, or the end of a dead process's pipe
         except (EOFError, OSError):
             process.join()
             self._drop()
@@ -176,6 +174,17 @@ class CleaningProcess:
                 f"the cleaning process (pid {process.pid}) ended before it answered: "
                 f"{_exit_status(process.exitcode)}"
             ) from None
+
+    async def clean(self, job: CleaningJob) -> JobResult:
+        """Run ``job`` in the process; its error is raised here, a death as
+        ``CleaningProcessDiedError``. The caller begins and sets ``abort``."""
+        process, conn = await self.start()
+        conn.send(job)
+        self.abort.running_on(conn)
+        try:
+            ok, value = await self._answer(process, conn)
+        finally:
+            self.abort.running_on(None)
         if not ok:
             raise value
         result: JobResult = value
@@ -272,6 +281,10 @@ def _serve(
     if warm_up is not None:
         with contextlib.suppress(Exception):  # the daemon reported its own load; a cleaning
             warm_up()  # compiles what it calls all the same
+    try:
+        conn.send(READY)
+    except OSError:
+        return
     pool = (
         concurrent.futures.ThreadPoolExecutor(helpers, thread_name_prefix="cleanerd-decompress")
         if helpers

@@ -236,7 +236,11 @@ class WorkerPool:
         helpers = helper_threads(self.settings.threads)
         process = CleaningProcess(self.throttler, helpers, self.warm_up)
         self._processes.add(process)
-        process.start()
+        try:
+            await process.start()  # warm before the worker takes a log
+        except BaseException:  # it died, or the daemon stops meanwhile: none left behind
+            await self._close_process(process)
+            raise
         self._set(wid, pid=process.pid)
         return process
 

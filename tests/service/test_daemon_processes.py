@@ -29,8 +29,8 @@ class _ExitedError(Exception):
 
 
 def _cleaning_pids(daemon: Daemon) -> set[int]:
-    assert daemon.pool is not None
-    return {p.pid for p in daemon.pool._processes if p.pid is not None}
+    """The workers' cleaning processes, as ``/status`` names them (once warm)."""
+    return {w.pid for w in daemon.status().workers if w.pid is not None}
 
 
 async def _throttled(daemon: Daemon) -> None:
@@ -46,10 +46,10 @@ async def test_stop_aborts_a_cleaning_in_its_process_and_leaves_no_process(
     daemon = compacting_daemon(logdir, {**THROTTLED, "log.cleaner.threads": "2"})
     run = asyncio.create_task(daemon.run())
     await _throttled(daemon)
+    await until(lambda: len(_cleaning_pids(daemon)) == 2)  # both warm: /status names each
     pids = _cleaning_pids(daemon)
     assert os.getpid() not in pids
-    assert len(pids) == 2
-    assert {w.pid for w in daemon.status().workers} == pids  # /status names each one
+    assert {p.pid for p in multiprocessing.active_children()} == pids
     body, _ = daemon.metrics.render()
     assert b"\ncleanerd_cleaning_processes 2.0\n" in body
     with structlog.testing.capture_logs() as logs:
