@@ -57,6 +57,7 @@ from cleanerd.scheduling import (
     RetryPolicy,
     Survey,
 )
+from cleanerd.service import _kernels as kernels_module
 from cleanerd.service._announce import log_listening, log_ready, status_line
 from cleanerd.service._budget import DedupeBudget
 from cleanerd.service._clean_job import JobResult
@@ -284,7 +285,10 @@ class Daemon:
             on_cleaned=self._cleaned,
             spark=self.spark,
             service=self.service.submit,
-            warm_up=functools.partial(load_kernels, log_dirs=tuple(self.loaded.config.log_dirs)),
+            # the function itself, not this module's name for it: it goes to each process
+            warm_up=functools.partial(
+                kernels_module.load_kernels, log_dirs=tuple(self.loaded.config.log_dirs)
+            ),
         )
         self.pool.resize(self.pool.settings.threads)
 
