@@ -238,7 +238,8 @@ class Daemon:
         """Load the kernels in a service thread, then start the workers and be ready: the
         ``cleanerd ready`` line, READY=1 to systemd, 200 from ``/readyz``. A failed load is
         logged and leaves the daemon unready, ``/readyz`` saying why; its workers start all the
-        same, their cleanings compiling what they call."""
+        same, their cleanings compiling what they call. With cleanings in processes, the kernels
+        are loaded once every worker's process has loaded its own."""
         try:
             log_dirs = self.loaded.config.log_dirs
             load = await self.service.submit(load_kernels, None, self._abort.is_set, log_dirs)
@@ -249,8 +250,10 @@ class Daemon:
             log.error("loading the kernels failed; not ready", error=repr(e), exc_info=e)
             self._start_workers(group)
             return
-        self.kernels = KERNELS_LOADED
         self._start_workers(group)
+        if self.pool is not None:
+            await self.pool.warmed()
+        self.kernels = KERNELS_LOADED
         if (why := snappy_fallback_reason()) is not None:
             log.warning("snappy batches are not written with Kafka's bytes", reason=why)
         log.info(

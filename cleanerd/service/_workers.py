@@ -124,6 +124,7 @@ class WorkerPool:
         self._aborts: dict[TopicPartition, _Abort] = {}  # the running cleanings
         self._processes: set[CleaningProcess] = set()  # the workers' cleaning processes
         self._work = asyncio.Event()
+        self._warm = asyncio.Condition()  # a worker's process has warmed up, or stopping
         self.starved = asyncio.Event()  # a worker found nothing after cleanings ended: rescan
         self.cleanings_ended = 0
         self._ended_at_survey = 0
@@ -174,6 +175,8 @@ class WorkerPool:
         within ``timeout_s``; False when some did not finish."""
         deadline = time.monotonic() + timeout_s
         self.stopping = True
+        async with self._warm:
+            self._warm.notify_all()
         for abort in self._aborts.values():
             abort.set()
         for task in self._tasks.values():
@@ -230,8 +233,8 @@ class WorkerPool:
     ) -> CleaningProcess | None:
         """A new cleaning process when processes are on, none when off (closing the old)."""
         if process is not None:
-            await self._close_process(process)
             self._set(wid, pid=None)
+            await self._close_process(process)
             return None
         helpers = helper_threads(self.settings.threads)
         process = CleaningProcess(self.throttler, helpers, self.warm_up)
@@ -242,7 +245,21 @@ class WorkerPool:
             await self._close_process(process)
             raise
         self._set(wid, pid=process.pid)
+        async with self._warm:
+            self._warm.notify_all()
         return process
+
+    async def warmed(self) -> None:
+        """Return once every worker's cleaning process has loaded its kernels (at once with
+        cleanings in threads, or stopping)."""
+        async with self._warm:
+            await self._warm.wait_for(self._all_warm)
+
+    def _all_warm(self) -> bool:
+        threads, processes = self.settings.threads, self.settings.processes
+        if self.stopping or not processes:
+            return True
+        return all(w in self.status and self.status[w].pid is not None for w in range(threads))
 
     async def _close_process(self, process: CleaningProcess) -> None:
         self._processes.discard(process)

@@ -160,7 +160,7 @@ async def test_a_reload_moves_the_cleanings_between_processes_and_threads(tmp_pa
         daemon._reload_config = lambda: in_threads
         daemon.reload()
         await until(lambda: multiprocessing.active_children() == [])
-        assert all(w.pid is None for w in daemon.status().workers)
+        await until(lambda: all(w.pid is None for w in daemon.status().workers))
         daemon._reload_config = lambda: compacting_daemon(logdir, settings).loaded
         daemon.reload()
         await until(lambda: len(multiprocessing.active_children()) == 2)
@@ -168,3 +168,20 @@ async def test_a_reload_moves_the_cleanings_between_processes_and_threads(tmp_pa
         daemon.request_stop("test")
         assert await asyncio.wait_for(run, 60) == 0
     assert multiprocessing.active_children() == []
+
+
+@pytest.mark.asyncio
+async def test_ready_once_every_workers_process_has_loaded_its_kernels(tmp_path: Path) -> None:
+    """READY means full speed from the first cleaning: each process has loaded the kernels."""
+    daemon = compacting_daemon(two_partitions(tmp_path), {"log.cleaner.threads": "3"})
+    run = asyncio.create_task(daemon.run())
+    try:
+        await until(lambda: daemon.ready)
+        status = daemon.status()
+        assert status.kernels == "loaded"
+        assert len(status.workers) == 3
+        assert all(w.pid is not None for w in status.workers)
+        assert len(multiprocessing.active_children()) == 3
+    finally:
+        daemon.request_stop("test")
+        assert await asyncio.wait_for(run, 60) == 0
