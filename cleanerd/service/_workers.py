@@ -3,8 +3,8 @@ a process of its own (``service._processes``) or, with ``cleanerd.cleaner.proces
 thread of the daemon's pool.
 
 ``log.cleaner.threads`` workers share one dedupe budget and one throttler. A worker's cleaning
-cannot be cancelled, so pause and shutdown work through the cleaning's abort signal (the
-process's event, or a ``threading.Event`` made when a worker takes the log for a thread), set
+cannot be cancelled, so pause and shutdown work through the cleaning's abort signal (one message
+on its process's pipe, or a ``threading.Event`` made when a worker takes the log for a thread), set
 from the event loop (``signal_aborts`` after a pause, ``stop``, or the worker's own cancellation)
 and read by the cleaner before every chunk: the cleaning stops at the next batch boundary, leaves
 no ``.cleaned`` file, and the worker gives the lease back. A cancelled worker coroutine still
