@@ -22,7 +22,8 @@ event loop that a fork would copy half-way.
   process that has not stopped when its shutdown timeout ends.
 - Throttle: the daemon's one throttler, made with shared state, paces every process together.
 - Death: a process that dies (the OOM killer, a crash in a kernel) fails the cleaning it ran, as
-  the partition's failure naming the exit status; the next cleaning starts a new process.
+  the partition's failure naming the exit status; its worker starts and warms a new one before
+  it takes another log.
 - Start: the process loads the kernels first (``warm_up``: the daemon's own kernel load, done
   again in the process, whose kernels are its own) and then says ``READY``; its worker takes no
   log before that, so a log never waits behind a warm-up while another worker is free.
@@ -141,6 +142,11 @@ class CleaningProcess:
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
+
+    @property
+    def running(self) -> bool:
+        """The process is there (False after it died, until ``start``)."""
+        return self._process is not None and self._process.is_alive()
 
     async def start(self) -> tuple[Any, Connection]:
         """The process and its pipe: the running one, or a new one once it is warm (its

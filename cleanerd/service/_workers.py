@@ -223,6 +223,9 @@ class WorkerPool:
             while not self.stopping and wid < self.settings.threads:
                 if self.settings.processes != (process is not None):  # started, or a reload
                     process = await self._swap_process(wid, process)
+                elif process is not None and not process.running:  # it died: warm a new one
+                    await process.start()
+                    self._set(wid, pid=process.pid)
                 await self._step(wid, slot, process)
         finally:
             if process is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -154,8 +155,8 @@ async def test_a_reload_moves_the_cleanings_between_processes_and_threads(tmp_pa
     daemon = compacting_daemon(logdir, settings)
     run = asyncio.create_task(daemon.run())
     try:
-        await until(lambda: daemon.manager.totals.cleanings == 2)
-        assert len(_cleaning_pids(daemon)) == 2
+        await until(lambda: daemon.ready and daemon.manager.totals.cleanings == 2)
+        assert len(_cleaning_pids(daemon)) == 2  # ready: every process warm
         in_threads = compacting_daemon(logdir, {**settings, **IN_THREADS}).loaded
         daemon._reload_config = lambda: in_threads
         daemon.reload()
@@ -182,6 +183,30 @@ async def test_ready_once_every_workers_process_has_loaded_its_kernels(tmp_path:
         assert len(status.workers) == 3
         assert all(w.pid is not None for w in status.workers)
         assert len(multiprocessing.active_children()) == 3
+    finally:
+        daemon.request_stop("test")
+        assert await asyncio.wait_for(run, 60) == 0
+
+
+@pytest.mark.asyncio
+async def test_after_a_process_died_its_worker_warms_a_new_one_before_any_retry(
+    tmp_path: Path,
+) -> None:
+    """One partition, whose retry is a minute away: the new process is there (and warm) long
+    before it, so the retry's cleaning does not pay for a start-up."""
+    logdir = two_partitions(tmp_path)
+    shutil.rmtree(logdir / "t-1")  # no other log for the worker to take meanwhile
+    daemon = compacting_daemon(logdir, {**THROTTLED, "cleanerd.retry.backoff.ms": "60000"})
+    run = asyncio.create_task(daemon.run())
+    try:
+        await _throttled(daemon)
+        (dead,) = _cleaning_pids(daemon)
+        daemon.throttler.set_rate(None)
+        os.kill(dead, signal.SIGKILL)
+        await until(lambda: bool(_cleaning_pids(daemon) - {dead}))
+        (new,) = _cleaning_pids(daemon)
+        assert new in {p.pid for p in multiprocessing.active_children()}
+        assert daemon.manager.totals.failures == 1
     finally:
         daemon.request_stop("test")
         assert await asyncio.wait_for(run, 60) == 0
