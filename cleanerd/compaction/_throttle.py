@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import multiprocessing
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +39,7 @@ _RATE, _PERIOD_START, _OBSERVED, _PAUSE_UNTIL, _SLEPT, _BYTES = range(6)
 
 
 class _Stop(Protocol):
-    """What a stop signal offers: ``threading.Event`` and ``multiprocessing.Event`` both do."""
+    """What a stop signal offers: ``threading.Event`` and a cleaning process's abort signal."""
 
     def wait(self, timeout: float | None = None) -> bool: ...
 
@@ -87,6 +86,8 @@ class Throttler:
         self._state: Any
         self._shared = shared
         if shared:
+            import multiprocessing  # noqa: PLC0415 (14 ms; only the daemon shares one)
+
             context = multiprocessing.get_context("spawn")
             self._lock, self._state = context.Lock(), context.RawArray(ctypes.c_double, 6)
         else:
