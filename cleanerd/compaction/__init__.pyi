@@ -31,6 +31,7 @@ from ._compile_clock import compile_clock as compile_clock
 from ._decompression_pool import (
     decompression_pool as decompression_pool,
     decompression_threads as decompression_threads,
+    usable_cores as usable_cores,
 )
 from ._engine import clean_once as clean_once, open_log as open_log, plan_log as plan_log
 from ._external import (

@@ -14,12 +14,17 @@ import concurrent.futures
 import os
 
 
+def usable_cores() -> int:
+    """The CPUs this process may run on (its affinity where the platform has one)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return cores or 1
+
+
 def decompression_threads(cleanings: int, cores: int | None = None) -> int:
-    """Threads of the decompression pool for ``cleanings`` at once on ``cores`` (default: the
-    CPUs this process may run on): one when a core is left beside the cleanings, none
-    otherwise."""
+    """Threads of the decompression pool for ``cleanings`` at once on ``cores`` (default:
+    ``usable_cores``): one when a core is left beside the cleanings, none otherwise."""
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        cores = usable_cores()
     return 1 if (cores or 1) > max(cleanings, 1) else 0
 
 

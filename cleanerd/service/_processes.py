@@ -38,7 +38,6 @@ import concurrent.futures
 import contextlib
 import ctypes
 import multiprocessing
-import os
 import pickle
 import signal
 import sys
@@ -49,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from cleanerd._jitcache import configure_numba_cache
-from cleanerd.compaction import Throttler, decompression_threads
+from cleanerd.compaction import Throttler, decompression_threads, usable_cores
 from cleanerd.service._clean_job import CleanerSlot, JobResult, run_clean
 from cleanerd.topics import TopicSettings
 
@@ -87,8 +86,8 @@ def helper_threads(workers: int, cores: int | None = None) -> int:
     """Decompression helper threads of each cleaning process: compaction's rule for one
     cleaning on this process's share of the cores (one helper when a core is left for it)."""
     if cores is None:
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return decompression_threads(1, (cores or 1) // max(workers, 1))
+        cores = usable_cores()
+    return decompression_threads(1, cores // max(workers, 1))
 
 
 class AbortSignal:
