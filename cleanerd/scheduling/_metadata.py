@@ -4,7 +4,9 @@ Each scan stats a partition dir; when its stamp (mtime, ctime, inode, size) is w
 listing saw, and that listing was not racy (the dir's last change was ``RACY_NS`` older than the
 scan, so a later change cannot share its timestamp), the names are the same and only the last
 ``.log`` (the active segment, the only one Kafka appends to) is stat'ed again; otherwise the dir
-is listed and every ``.log`` stat'ed. Inactive segments change only by a swap, a deletion or a
+is listed and every ``.log`` stat'ed, and a listing with the same names and segment stats as the
+last keeps the last meta (a dir a cleaning just swapped is racy for ``RACY_NS``: it costs a
+listing per scan, not a new meta and plan). Inactive segments change only by a swap, a deletion or a
 roll, each of which changes the dir (a partition whose last read failed is always listed, so an
 in-place repair is seen). A segment whose (size, mtime, inode) did not change keeps its cached
 walk, one that only grew (the active segment) is walked from where the last walk stopped,
@@ -179,6 +181,12 @@ class _Known:
     meta: PartitionMeta | None = None
 
 
+def _same_listing(before: _Listing, now: _Listing) -> bool:
+    """The same names and the same segment stats: a meta made from ``before`` holds for ``now``
+    (its other inputs, the checkpoint entries, are in ``_Known.key``)."""
+    return before.logs == now.logs and sorted(before.names) == sorted(now.names)
+
+
 def _fingerprint(listing: _Listing) -> int:
     """Names of all files and stats of the inactive segments: appends to the active segment do
     not count (they are not what made a cleaning fail), a roll, a swap or a repair does."""
@@ -291,6 +299,12 @@ class MetadataCache:
         self.listings += 1
         listing = _list(directory)
         trusted = stamp[1] < self._scan_ns - RACY_NS and stamp[0] < self._scan_ns - RACY_NS
+        if known is not None and known.meta is not None and _same_listing(known.listing, listing):
+            # Listed again (racy, or the dir's stamp moved) but nothing the meta was made of
+            # changed: keep it, so a dir that changed in the last RACY_NS costs a listing per
+            # scan, not a new meta and plan (a cleaned partition is racy for that long).
+            known.stamp, known.trusted, known.listing = stamp, trusted, listing
+            return known
         paths = tuple(path for _, path, _ in listing.logs)
         known = _Known(stamp, trusted, listing, _fingerprint(listing), paths)
         self._known[directory] = known

@@ -370,6 +370,39 @@ def test_dir_changed_just_before_a_scan_is_listed_again(tmp_path: Path) -> None:
     assert cache.walks == 4  # listed, but the unchanged segments keep their walks
 
 
+def test_a_racy_dir_listed_again_unchanged_keeps_its_meta(tmp_path: Path) -> None:
+    # a cleaned partition's dir is racy for RACY_NS: each scan lists it, but makes nothing new
+    _log(tmp_path)
+    cache = MetadataCache()
+    first = _read(cache, tmp_path)
+    second = _read(cache, tmp_path)
+    assert cache.listings == 2
+    assert second is first
+
+
+def test_a_racy_dir_listed_again_sees_a_change_of_its_names(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    first = _read(cache, tmp_path)
+    (log.directory / f"{3:020d}.log.deleted").touch()  # only a name: no segment changed
+    second = _read(cache, tmp_path)
+    assert second is not first
+    assert second.fingerprint != first.fingerprint
+    assert second.log == first.log
+
+
+def test_a_racy_dir_listed_again_sees_a_rewritten_segment(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    cache = MetadataCache()
+    first = _read(cache, tmp_path)
+    path = log.segments[0].log_path
+    data = path.read_bytes()
+    path.write_bytes(data[: _batch_end(data, 2)])  # in place: the dir's stamp does not move
+    second = _read(cache, tmp_path)
+    assert second is not first
+    assert (first.segment_records[0], second.segment_records[0]) == (4, 2)
+
+
 @pytest.mark.usefixtures("settled_dirs")
 def test_a_partition_that_failed_is_listed_again_and_its_repair_seen(tmp_path: Path) -> None:
     log = _log(tmp_path)
