@@ -21,16 +21,22 @@ them). Such a throttler is handed to a process when the process starts.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 CONFIG_NAME = "log.cleaner.io.max.bytes.per.second"
 DEFAULT_CHECK_INTERVAL_S = 0.3
 """Kafka's cleaner creates its throttler with ``checkIntervalMs = 300``."""
+
+ABANDONED_LOCK_S = 1.0
+"""A shared throttler's lock held this long is taken for abandoned: its holder, a cleaning
+process, was killed between acquire and release (the kernel's OOM killer may pick one at any
+instant). Every hold is a few arithmetic steps, so no live holder keeps it near this long."""
 
 # the throttler's state: one double each, in this order, in plain or shared memory
 _RATE, _PERIOD_START, _OBSERVED, _PAUSE_UNTIL, _SLEPT, _BYTES = range(6)
@@ -128,7 +134,7 @@ class Throttler:
         waits out a pause worked out at the old rate (an operator who lifts a throttle of a few
         bytes a second should not wait its hour), and a new period starts."""
         rate = _validated_rate(rate_bytes_per_s)
-        with self._lock:
+        with self._locked():
             state = self._state
             if rate != state[_RATE]:
                 state[_RATE] = rate
@@ -155,7 +161,7 @@ class Throttler:
         if n_bytes < 0:
             raise ValueError(f"n_bytes must be >= 0, got {n_bytes}")
         state = self._state
-        with self._lock:
+        with self._locked():
             state[_BYTES] += n_bytes
             state[_OBSERVED] += n_bytes
             now = self._clock()
@@ -165,9 +171,27 @@ class Throttler:
         if wait <= 0:
             return 0.0
         slept = self._wait(wait)
-        with self._lock:
+        with self._locked():
             state[_SLEPT] += slept
         return slept
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """The lock, held for the block. A shared one that stays taken for
+        ``ABANDONED_LOCK_S`` is released first: a process died holding it, and without this
+        every other process's next call, and the daemon's next rate change, would wait forever.
+        (Its state may then hold that process's half-made update: at worst one pause is off.)"""
+        lock = self._lock
+        if not self._shared:
+            lock.acquire()
+        elif not lock.acquire(timeout=ABANDONED_LOCK_S):
+            with contextlib.suppress(ValueError):  # another waiter released it first
+                lock.release()
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def _check(self, now: float) -> float:
         """Kafka's period check, under the lock; returns the seconds to sleep (0 for none)."""

@@ -1,18 +1,23 @@
 """The cleaner I/O throttler: Kafka's Throttler arithmetic (kafka-format.md §4.14) on a fake clock.
 
-Only the stop-event test uses real threads and real time, and it asserts behaviour (a 30 s sleep
-ends soon after stop is set) with a loose bound, never speed.
+Only the stop-event test and the killed lock holder use real time (the holder a real process);
+they assert behaviour (a 30 s sleep ends soon after stop is set; a lock a killed process held is
+taken again), never speed.
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
+import signal
 import threading
 import time
 
 import pytest
 
+from cleanerd.compaction import _throttle as throttle
 from cleanerd.compaction._throttle import CONFIG_NAME, DEFAULT_CHECK_INTERVAL_S, Throttler
+from tests.support.lock_holders import hold_throttle_lock
 
 
 class FakeClock:
@@ -274,3 +279,26 @@ def test_stop_event_ends_a_long_sleep_promptly() -> None:
 
 def test_repr_shows_the_rate() -> None:
     assert "1000" in repr(Throttler(1000))
+
+
+@pytest.mark.slow
+def test_a_lock_left_taken_by_a_killed_process_is_released(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cleaning process killed while it held the shared lock: the next call, here and in
+    every other process, goes on after ``ABANDONED_LOCK_S``, and so does a rate change."""
+    monkeypatch.setattr(throttle, "ABANDONED_LOCK_S", 0.2)
+    t = Throttler(None, shared=True)
+    context = multiprocessing.get_context("spawn")
+    held = context.Event()
+    holder = context.Process(target=hold_throttle_lock, args=(t, held), daemon=True)
+    holder.start()
+    try:
+        assert held.wait(60)
+    finally:
+        holder.kill()
+        holder.join(60)
+    assert holder.exitcode == -signal.SIGKILL
+    assert t.maybe_throttle(10) == 0.0
+    t.set_rate(1000)
+    assert (t.bytes_total, t.rate) == (10, 1000.0)
+    t.maybe_throttle(5)  # the lock works as a lock again: taken and given back each call
+    assert t.bytes_total == 15

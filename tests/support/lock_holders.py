@@ -1,6 +1,7 @@
-"""Other processes holding a log dir, as the tests need them: a broker (a bare POSIX lock on
-``.lock``, the lock Java's ``FileChannel.tryLock`` takes) or a cleanerd daemon (``LogDir.lock``
-with ``welcome_writers``, as ``cleanerd run`` locks its log dirs)."""
+"""Other processes holding a lock, as the tests need them: a broker (a bare POSIX lock on
+``.lock``, the lock Java's ``FileChannel.tryLock`` takes), a cleanerd daemon (``LogDir.lock``
+with ``welcome_writers``, as ``cleanerd run`` locks its log dirs), or a cleaning process that
+holds a shared throttler's lock (``hold_throttle_lock``, run in a spawned process)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import select
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -79,3 +81,11 @@ def holding(logdir: Path, kind: Literal["broker", "daemon"]) -> Iterator[LockHol
         yield holder
     finally:
         holder.release()
+
+
+def hold_throttle_lock(throttler: Any, held: Any) -> None:
+    """A spawned process's target: take ``throttler``'s shared lock, say so, and keep it until
+    killed (a cleaning process the OOM killer ends between acquire and release)."""
+    throttler._lock.acquire()
+    held.set()
+    threading.Event().wait()
