@@ -64,6 +64,7 @@ from ._one_shot import (
 from ._segment_walk import (
     SegmentWalk as SegmentWalk,
     settled as settled,
+    summarise_cleaned as summarise_cleaned,
     walk_segment as walk_segment,
 )
 from ._stats import CleanerStats as CleanerStats

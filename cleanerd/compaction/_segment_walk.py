@@ -6,6 +6,15 @@ walk the batch headers (no CRC), summarise. Besides ``SegmentMeta`` the walk kee
 caches per segment: the record count (to size the offset map) and whether it holds transactional
 batches (to skip the producer-state walk when none does). A walk can resume where an earlier
 one stopped, so an active segment that only grew costs a walk of its new batches.
+
+A segment the cleaner has already cleaned whole needs less: ``summarise_cleaned`` reads what the
+plan takes of it the way Kafka's ``LogSegment`` does, from its indexes (the time index's last
+entry for the largest timestamp, the offset index's last entry and the batches after it for the
+next offset) and its first batch header, so a daemon that starts over a big compacted log does
+not read every page of it. Its record count is the offset span (Kafka's own estimate when it
+sizes the offset map) and it claims no transactional batch: an open transaction begins at or
+after the last stable offset of the cleaning that wrote the checkpoint, so never in a segment
+wholly below it (docs/daemon.md, "Survey and ranking").
 """
 
 from __future__ import annotations
@@ -18,13 +27,22 @@ from cleanerd.compaction._cleaning_plan import SegmentMeta
 from cleanerd.format import (
     ATTR_TRANSACTIONAL,
     I64,
+    LONG_MAX,
     U8,
     CorruptRecordError,
     kernels as k,
     layout as at,
     scan_batches,
 )
-from cleanerd.storage import view_regular
+from cleanerd.storage import (
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    OffsetIndex,
+    StorageError,
+    TimeIndex,
+    segment_file,
+    view_regular,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +58,13 @@ class SegmentWalk:
     last_batch: tuple[int, int, int] | None  # (position, base offset, crc) of the last batch
     error: CorruptRecordError | None = None  # a batch that does not decode
     torn_tail: CorruptRecordError | None = None  # an incomplete last batch (a writer mid-append)
+    # from ``summarise_cleaned``: ``records`` is the offset span, ``transactional`` not known
+    summary: bool = False
 
     @property
     def resumable(self) -> bool:
         """A later walk of the same, grown file may start at ``end``."""
-        return self.error is None and self.last_batch is not None
+        return self.error is None and self.last_batch is not None and not self.summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +165,63 @@ def walk_segment(
         last_batch=last_batch,
         error=error,
         torn_tail=torn,
+    )
+    return WalkResult(walk, arr, b, st)
+
+
+def summarise_cleaned(base: int, path: Path, next_base: int) -> WalkResult | None:
+    """The walk of an inactive segment wholly below the cleaner checkpoint, read from its
+    indexes, its first batch header and the batches after its last offset-index entry (see the
+    module docstring); ``next_base``: the next segment's base offset. None when anything does
+    not add up (an index missing, failing its checks or pointing elsewhere than a batch, a
+    legacy or torn batch, offsets past ``next_base``): the caller walks the segment instead."""
+    index, time_index = (
+        segment_file(path.parent, base, s) for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+    )
+    if not (index.is_file() and time_index.is_file()):  # Kafka would rebuild them: walk
+        return None
+    try:
+        offsets, times = OffsetIndex(index, base), TimeIndex(time_index, base)
+        offsets.sanity_check()
+        times.sanity_check()
+        arr, st = view_regular(path)
+    except (StorageError, OSError, ValueError):
+        return None
+    size = arr.shape[0]
+    indexed, position = offsets.lookup(LONG_MAX)
+    if size < at.HEADER_SIZE or not 0 <= position < size:
+        return None
+    if position + at.HEADER_SIZE > size:
+        return None
+    if arr[at.MAGIC_AT] != at.MAGIC_V2 or arr[position + at.MAGIC_AT] != at.MAGIC_V2:
+        return None  # legacy message sets: walked
+    scan = scan_batches(arr, start=position, path=str(path), check_crc=False)
+    b, n = scan.batches, len(scan)
+    if scan.error is not None or scan.end != size or n == 0:
+        return None
+    next_offset = int(b[-1, k.B_LAST_OFFSET]) + 1
+    # an entry holds the largest offset of what one append wrote from its position on
+    pointed = not offsets.entries or int(b[0, k.B_BASE_OFFSET]) <= indexed < next_offset
+    if next_offset > next_base or not pointed:
+        return None
+    first = _u(arr, at.MAX_TIMESTAMP_AT, 8, signed=True)
+    largest, _ = times.last_entry
+    meta = SegmentMeta(
+        base_offset=base,
+        size_bytes=int(st.st_size),
+        largest_timestamp=largest if largest >= 0 else st.st_mtime_ns // 1_000_000,
+        first_batch_timestamp=first,
+        next_offset=next_offset,
+    )
+    walk = SegmentWalk(
+        meta=meta,
+        records=next_offset - base,
+        transactional=False,
+        max_timestamp=largest,
+        end=size,
+        last_offset=next_offset - 1,
+        last_batch=(int(b[-1, k.B_POS]), int(b[-1, k.B_BASE_OFFSET]), int(b[-1, k.B_CRC])),
+        summary=True,
     )
     return WalkResult(walk, arr, b, st)
 

@@ -36,6 +36,7 @@ from cleanerd.compaction import (
     SegmentWalk,
     segments_between,
     settled,
+    summarise_cleaned,
     walk_segment,
 )
 from cleanerd.scheduling._failures import locate
@@ -209,6 +210,7 @@ class MetadataCache:
         # name): the survey's listing keeps them from one survey to the next
         self.dir_names: dict[Path, dict[str, tuple[TopicPartition, Path] | None]] = {}
         self.walks = 0  # segment header walks (full or resumed)
+        self.summaries = 0  # cleaned segments read from their indexes instead
         self.lso_walks = 0  # producer-state walks
         self.checkpoint_reads = 0
         self.listings = 0  # partition dirs listed (the others: a stat of the dir and the active)
@@ -349,9 +351,20 @@ class MetadataCache:
             return PartitionMeta(tp, directory, size, fingerprint)
         if checkpoints.error is not None:
             return PartitionMeta(tp, directory, size, fingerprint, error=checkpoints.error)
+        checkpoint = checkpoints.cleaner.get(tp)
+        clean_end = -1 if checkpoint is None else checkpoint
+        logs = listing.logs
+        nexts = [next_base for next_base, _, _ in logs[1:]]
         walks = [
-            self._segment(base, path, stamp, active=i == len(listing.logs) - 1)
-            for i, (base, path, stamp) in enumerate(listing.logs)
+            self._segment(
+                base,
+                path,
+                stamp,
+                active=i == len(nexts),
+                # the next segment starts at or below the checkpoint: this one is cleaned whole
+                cleaned_up_to=nexts[i] if i < len(nexts) and nexts[i] <= clean_end else None,
+            )
+            for i, (base, path, stamp) in enumerate(logs)
         ]
         # A corrupt segment is planned up to its bad batch, as ``cleanerd plan`` does, so the
         # partition's cleanable bytes still show (Kafka's uncleanable-bytes); ``error`` keeps
@@ -386,21 +399,38 @@ class MetadataCache:
             None if bad is None else bad.position,
         )
 
-    def _segment(self, base: int, path: str, stamp: FileStamp, *, active: bool) -> SegmentWalk:
-        """The segment's walk: cached when unchanged, resumed when it only grew."""
+    def _segment(
+        self,
+        base: int,
+        path: str,
+        stamp: FileStamp,
+        *,
+        active: bool,
+        cleaned_up_to: int | None = None,
+    ) -> SegmentWalk:
+        """The segment's walk: cached when unchanged, resumed when it only grew. For a segment
+        wholly below the cleaner checkpoint (``cleaned_up_to``: the next segment's base offset)
+        its summary from its indexes does (``compaction.summarise_cleaned``); for any other, a
+        summary cached earlier is walked over."""
         self._seen_logs.add(path)
+        cleaned = cleaned_up_to is not None
         cached = self._walks.get(path)
-        if cached is not None and cached[0] == stamp:
+        if cached is not None and cached[0] == stamp and (cleaned or not cached[1].summary):
             walk = cached[1]
         else:
-            grew = (
-                cached is not None
-                and cached[0].inode == stamp.inode
-                and (cached[0].size <= stamp.size)
-            )
-            resume = cached[1] if grew and cached is not None else None
-            result = walk_segment(base, Path(path), torn_tail_ok=True, resume=resume)
-            self.walks += 1
+            result = None
+            if cleaned_up_to is not None:
+                result = summarise_cleaned(base, Path(path), cleaned_up_to)
+                self.summaries += result is not None
+            if result is None:
+                grew = (
+                    cached is not None
+                    and cached[0].inode == stamp.inode
+                    and (cached[0].size <= stamp.size)
+                )
+                resume = cached[1] if grew and cached is not None else None
+                result = walk_segment(base, Path(path), torn_tail_ok=True, resume=resume)
+                self.walks += 1
             walk = result.walk
             self._walks[path] = (FileStamp.of(result.stat), walk)
         return walk if active else settled(walk)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cleanerd.compaction import LogMeta, _segment_walk as log_meta
+from cleanerd.compaction import LogMeta, _segment_walk as log_meta, compact_partition
 from cleanerd.format import Record
 from cleanerd.scheduling import _metadata as metadata
 from cleanerd.scheduling._metadata import LogDirCheckpoints, MetadataCache, PartitionMeta
@@ -20,7 +20,8 @@ from cleanerd.storage import (
     TopicPartition,
     write_offset_checkpoint,
 )
-from cleanerd.topics import LogConfig
+from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
+from tests.support.legacy import legacy_set
 
 TP = TopicPartition("t", 0)
 T0 = 1_700_000_000_000
@@ -417,3 +418,107 @@ def test_a_partition_that_failed_is_listed_again_and_its_repair_seen(tmp_path: P
     meta = _read(cache, tmp_path)
     assert cache.listings == 2
     assert meta.error is None
+
+
+# --- cleaned segments: read from their indexes ---------------------------------------------------
+
+
+def _cleaned_to(log_dir: Path, offset: int) -> None:
+    write_offset_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT, {TP: offset})
+
+
+def test_segments_below_the_checkpoint_are_read_from_their_indexes(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    _cleaned_to(tmp_path, 8)  # the segments [0, 4) and [4, 8) lie wholly below it
+    cache = MetadataCache()
+    meta = _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (2, 2)
+    _same_as_opening(meta, log)
+    assert meta.segment_records == (4, 4, 4, 2)
+    _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (2, 2)  # kept, as walks are
+
+
+def test_a_compacted_log_reads_the_same_from_indexes_as_walked(tmp_path: Path) -> None:
+    # a real cleaning leaves gaps in the offsets and a checkpoint at the active segment
+    log = _log(tmp_path, segments=4, per_segment=6)
+    summary = compact_partition(log, TopicCleanerConfig(), StrategyConfig(), T0 + 60_000)
+    assert summary.records_out < summary.records_in
+    cache = MetadataCache()
+    meta = _read(cache, tmp_path)
+    assert cache.summaries == len(log.segments) - 1
+    walked = MetadataCache()
+    (tmp_path / CLEANER_OFFSET_CHECKPOINT).unlink()
+    plain = _read(walked, tmp_path)
+    assert walked.summaries == 0
+    assert meta.log is not None
+    assert plain.log is not None
+    assert meta.log.segments == plain.log.segments
+    _same_as_opening(meta, PartitionLog(tmp_path / TP.dir_name, LogConfig(), clock=lambda: T0))
+    # the offset span, which is at least the records (Kafka's estimate of the map a log needs)
+    assert all(s >= w for s, w in zip(meta.segment_records, plain.segment_records, strict=True))
+
+
+def test_a_checkpoint_moved_back_walks_what_was_read_from_indexes(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    _cleaned_to(tmp_path, 12)
+    cache = MetadataCache()
+    _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (3, 1)
+    _cleaned_to(tmp_path, 4)  # a checkpoint reset: [4, 12) is dirty again, and walked
+    meta = _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (3, 3)
+    _same_as_opening(meta, log)
+
+
+def test_an_open_transaction_above_the_checkpoint_still_bounds_the_lso(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    open_at = log.append(
+        _records(2, T0 + 11_000), producer_id=PID, producer_epoch=EPOCH, transactional=True
+    ).first_offset
+    _cleaned_to(tmp_path, 12)
+    meta = _read(MetadataCache(), tmp_path)
+    assert meta.log is not None
+    assert meta.log.last_stable_offset == open_at
+
+
+def _summary(log: PartitionLog, i: int) -> log_meta.WalkResult | None:
+    segment = log.segments[i]
+    return log_meta.summarise_cleaned(
+        segment.base_offset, segment.log_path, log.segments[i + 1].base_offset
+    )
+
+
+def test_a_summary_is_refused_where_the_indexes_do_not_add_up(tmp_path: Path) -> None:
+    log = _log(tmp_path, segments=3, per_segment=200)  # enough bytes for offset-index entries
+    for i in range(3):
+        assert _summary(log, i) is not None
+    log.close()
+    first, second, third = log.segments[:3]
+    first.offset_index.path.unlink()  # no index: walked
+    assert _summary(log, 0) is None
+    index = second.offset_index.path
+    rel, pos = int.from_bytes(index.read_bytes()[-8:-4], "big"), index.read_bytes()[-4:]
+    wrong = (int.from_bytes(pos, "big") + 1).to_bytes(4, "big")  # not where a batch starts
+    index.write_bytes(index.read_bytes()[:-8] + rel.to_bytes(4, "big") + wrong)
+    assert _summary(log, 1) is None
+    times = third.time_index.path
+    data = times.read_bytes()
+    times.write_bytes(data + (0).to_bytes(8, "big") + data[-4:])  # a timestamp that falls
+    assert _summary(log, 2) is None
+    segment = log.segments[0]
+    assert log_meta.summarise_cleaned(segment.base_offset, segment.log_path, 5) is None
+
+
+def test_a_legacy_segment_below_the_checkpoint_is_walked(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    first = log.segments[0].log_path  # messages of magic 1 where the v2 batches of [0, 4) were
+    records = [(i, T0 + i, f"k{i:04d}".encode(), b"v" * 20) for i in range(4)]
+    first.write_bytes(legacy_set(1, "none", records))
+    assert _summary(log, 0) is None
+    _cleaned_to(tmp_path, 8)
+    cache = MetadataCache()
+    meta = _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (1, 3)
+    assert meta.error is None
+    assert meta.segment_records[0] == 4
