@@ -169,12 +169,21 @@ def walk_segment(
     return WalkResult(walk, arr, b, st)
 
 
-def summarise_cleaned(base: int, path: Path, next_base: int) -> WalkResult | None:
+SUMMARY_MIN_BYTES = 4 << 20
+"""Smaller segments are walked: reading two indexes costs about 0.11 ms whatever the segment's
+size, a walk 0.04 ms plus about 0.03 ms a MiB (both from the page cache, on the 2-core dev VM:
+even at 4 MiB a walk costs 0.15 ms). Kafka's default ``segment.bytes`` is 1 GiB."""
+
+
+def summarise_cleaned(base: int, path: Path, next_base: int, size: int) -> WalkResult | None:
     """The walk of an inactive segment wholly below the cleaner checkpoint, read from its
     indexes, its first batch header and the batches after its last offset-index entry (see the
-    module docstring); ``next_base``: the next segment's base offset. None when anything does
-    not add up (an index missing, failing its checks or pointing elsewhere than a batch, a
-    legacy or torn batch, offsets past ``next_base``): the caller walks the segment instead."""
+    module docstring); ``next_base``: the next segment's base offset, ``size``: the file's size
+    as listed. None when the caller had better walk the segment: smaller than
+    ``SUMMARY_MIN_BYTES``, or anything does not add up (an index missing, failing its checks or
+    pointing elsewhere than a batch, a legacy or torn batch, offsets past ``next_base``)."""
+    if size < SUMMARY_MIN_BYTES:
+        return None
     index, time_index = (
         segment_file(path.parent, base, s) for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
     )

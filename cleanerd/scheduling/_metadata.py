@@ -420,7 +420,7 @@ class MetadataCache:
         else:
             result = None
             if cleaned_up_to is not None:
-                result = summarise_cleaned(base, Path(path), cleaned_up_to)
+                result = summarise_cleaned(base, Path(path), cleaned_up_to, stamp.size)
                 self.summaries += result is not None
             if result is None:
                 grew = (

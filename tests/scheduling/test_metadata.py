@@ -427,6 +427,36 @@ def _cleaned_to(log_dir: Path, offset: int) -> None:
     write_offset_checkpoint(log_dir / CLEANER_OFFSET_CHECKPOINT, {TP: offset})
 
 
+@pytest.fixture
+def summarise_small(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Summaries for segments of any size (the tests' segments are far below the threshold)."""
+    monkeypatch.setattr(log_meta, "SUMMARY_MIN_BYTES", 0)
+
+
+def test_small_cleaned_segments_are_walked(tmp_path: Path) -> None:
+    _log(tmp_path)
+    _cleaned_to(tmp_path, 8)
+    cache = MetadataCache()
+    _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (0, 4)  # a walk of a small segment is cheaper
+
+
+def test_a_big_cleaned_segment_is_read_from_its_indexes(tmp_path: Path) -> None:
+    log = PartitionLog.create(tmp_path / TP.dir_name, LogConfig(), clock=lambda: T0)
+    value = b"v" * (64 << 10)
+    while log.active_segment.size < log_meta.SUMMARY_MIN_BYTES:
+        n = log.log_end_offset
+        log.append([Record(0, T0 + n, f"k{n % 7}".encode(), value)])
+    log.roll()
+    log.append(_records(1, T0 + 99_000))
+    _cleaned_to(tmp_path, log.segments[1].base_offset)
+    cache = MetadataCache()
+    meta = _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (1, 1)
+    _same_as_opening(meta, log)
+
+
+@pytest.mark.usefixtures("summarise_small")
 def test_segments_below_the_checkpoint_are_read_from_their_indexes(tmp_path: Path) -> None:
     log = _log(tmp_path)
     _cleaned_to(tmp_path, 8)  # the segments [0, 4) and [4, 8) lie wholly below it
@@ -439,6 +469,7 @@ def test_segments_below_the_checkpoint_are_read_from_their_indexes(tmp_path: Pat
     assert (cache.summaries, cache.walks) == (2, 2)  # kept, as walks are
 
 
+@pytest.mark.usefixtures("summarise_small")
 def test_a_compacted_log_reads_the_same_from_indexes_as_walked(tmp_path: Path) -> None:
     # a real cleaning leaves gaps in the offsets and a checkpoint at the active segment
     log = _log(tmp_path, segments=4, per_segment=6)
@@ -459,6 +490,7 @@ def test_a_compacted_log_reads_the_same_from_indexes_as_walked(tmp_path: Path) -
     assert all(s >= w for s, w in zip(meta.segment_records, plain.segment_records, strict=True))
 
 
+@pytest.mark.usefixtures("summarise_small")
 def test_a_checkpoint_moved_back_walks_what_was_read_from_indexes(tmp_path: Path) -> None:
     log = _log(tmp_path)
     _cleaned_to(tmp_path, 12)
@@ -471,6 +503,7 @@ def test_a_checkpoint_moved_back_walks_what_was_read_from_indexes(tmp_path: Path
     _same_as_opening(meta, log)
 
 
+@pytest.mark.usefixtures("summarise_small")
 def test_an_open_transaction_above_the_checkpoint_still_bounds_the_lso(tmp_path: Path) -> None:
     log = _log(tmp_path)
     open_at = log.append(
@@ -485,10 +518,11 @@ def test_an_open_transaction_above_the_checkpoint_still_bounds_the_lso(tmp_path:
 def _summary(log: PartitionLog, i: int) -> log_meta.WalkResult | None:
     segment = log.segments[i]
     return log_meta.summarise_cleaned(
-        segment.base_offset, segment.log_path, log.segments[i + 1].base_offset
+        segment.base_offset, segment.log_path, log.segments[i + 1].base_offset, segment.size
     )
 
 
+@pytest.mark.usefixtures("summarise_small")
 def test_a_summary_is_refused_where_the_indexes_do_not_add_up(tmp_path: Path) -> None:
     log = _log(tmp_path, segments=3, per_segment=200)  # enough bytes for offset-index entries
     for i in range(3):
@@ -507,9 +541,10 @@ def test_a_summary_is_refused_where_the_indexes_do_not_add_up(tmp_path: Path) ->
     times.write_bytes(data + (0).to_bytes(8, "big") + data[-4:])  # a timestamp that falls
     assert _summary(log, 2) is None
     segment = log.segments[0]
-    assert log_meta.summarise_cleaned(segment.base_offset, segment.log_path, 5) is None
+    assert log_meta.summarise_cleaned(segment.base_offset, segment.log_path, 5, 1 << 30) is None
 
 
+@pytest.mark.usefixtures("summarise_small")
 def test_a_legacy_segment_below_the_checkpoint_is_walked(tmp_path: Path) -> None:
     log = _log(tmp_path)
     first = log.segments[0].log_path  # messages of magic 1 where the v2 batches of [0, 4) were
