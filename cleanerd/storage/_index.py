@@ -65,8 +65,13 @@ class _EntryFile:
         self._pending = bytearray()
         self._fd: int | None = None
         try:
-            data = read_regular(self._path)
+            data = read_regular(self._path, max_bytes=max_index_size)
         except FileNotFoundError:
+            data = b""
+        # Kafka never writes an index longer than segment.index.bytes (it preallocates to that
+        # and trims): a longer file is not loaded, and its sanity check fails
+        self._too_long = len(data) > max_index_size
+        if self._too_long:
             data = b""
         n = len(data) // self.ENTRY_SIZE
         self._n = n
@@ -145,6 +150,11 @@ class _EntryFile:
         return CorruptIndexError(f"corrupt index {self._path}: {reason}")
 
     def _check_length(self) -> None:
+        if self._too_long:
+            raise self._corrupt(
+                f"longer than segment.index.bytes ({self._max_entries * self.ENTRY_SIZE} bytes "
+                f"of {self.ENTRY_SIZE}-byte entries), which no index written under it is"
+            )
         if self._tail:
             length = self._n * self.ENTRY_SIZE + self._tail
             raise self._corrupt(f"length {length} is not a multiple of {self.ENTRY_SIZE}")

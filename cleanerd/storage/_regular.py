@@ -97,11 +97,13 @@ def open_regular(path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o644) 
     return fd
 
 
-def read_regular(path: Path | str) -> bytes:
-    """The whole file, read through ``open_regular``."""
+def read_regular(path: Path | str, max_bytes: int | None = None) -> bytes:
+    """The whole file, read through ``open_regular``; with ``max_bytes``, at most one byte more
+    than that (a longer result says the file is too long, and memory stays bounded whatever
+    length a hostile or sparse file claims)."""
     fd = open_regular(path, os.O_RDONLY)
     with os.fdopen(fd, "rb") as f:
-        return f.read()
+        return f.read() if max_bytes is None else f.read(max_bytes + 1)
 
 
 def map_regular(path: Path | str) -> tuple[mmap.mmap | None, os.stat_result]:

@@ -5,7 +5,8 @@ Opening a partition repairs what Kafka's recovery repairs (a missing or corrupt 
 before its passes. When the cleaning then fails before any segment was swapped, those repairs
 are undone, so the partition dir is byte-identical to what the user had: index files are read
 into memory first (they are small beside the logs: about 0.5% of them at Kafka's index
-interval), and written back (to a temporary name, then renamed) if no ``.log`` file changed.
+interval; one past ``COPY_MAX_BYTES`` is not copied, and keeps its repair), and written back
+(to a temporary name, then renamed) if no ``.log`` file changed.
 After a swap the partition did change (groups swapped before a failure stay swapped, as in
 Kafka); the message then names the files.
 
@@ -45,6 +46,10 @@ __all__ = ["Fingerprint", "Repairs", "changed_files", "describe", "fingerprint"]
 Fingerprint = dict[str, tuple[int, int, int]]
 _INDEXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
+COPY_MAX_BYTES = 64 << 20
+"""The longest index file kept for an undo; Kafka's indexes of a 1 GiB segment at its default
+``index.interval.bytes`` are about 2 and 3 MiB."""
+
 
 def fingerprint(directory: Path) -> Fingerprint:
     """Each file's (inode, size, mtime): a rename, write or deletion changes it."""
@@ -81,10 +86,12 @@ class Repairs:
         self.directory = Path(directory)
         self.before = fingerprint(self.directory)
         self.indexes: dict[str, bytes] = {}
-        for name in self.before:
-            if name.endswith(_INDEXES):
+        for name, (_, size, _) in self.before.items():
+            # a longer file (a sparse one of gigabytes, say) is not copied: if a repair
+            # replaces it, the undo leaves the repaired one and says the partition changed
+            if name.endswith(_INDEXES) and size <= COPY_MAX_BYTES:
                 with contextlib.suppress(OSError):
-                    self.indexes[name] = read_regular(self.directory / name)
+                    self.indexes[name] = read_regular(self.directory / name, COPY_MAX_BYTES)
         logs = (n for n in self.before if n.endswith(LOG_SUFFIX))
         bases = [b for n in logs if (b := parse_base_offset(n)) is not None]
         self.active = max(bases, default=None)  # writers' from here on
@@ -128,7 +135,7 @@ class Repairs:
         path = self.directory / name
         with contextlib.suppress(OSError, StorageError):
             if name not in self.indexes:
-                if name.endswith((*_INDEXES, ".tmp")):
+                if name not in self.before and name.endswith((*_INDEXES, ".tmp")):
                     path.unlink(missing_ok=True)  # made by a repair
                 return
             atomic_write(path, self.indexes[name])

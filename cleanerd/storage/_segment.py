@@ -79,7 +79,11 @@ class LogSegment:
             config.segment_index_bytes,
         )
         self.txn_index = TransactionIndex(
-            segment_file(self.directory, base_offset, TXN_INDEX_SUFFIX, temp_suffix), base_offset
+            segment_file(self.directory, base_offset, TXN_INDEX_SUFFIX, temp_suffix),
+            base_offset,
+            # each entry (34 bytes) stands for an abort marker, a batch of 61 bytes and more, in
+            # the log: an index longer than its log is not what a writer left
+            max_bytes=lambda: self._size,
         )
         self._fd: int | None = None
         self._size = self._regular_size()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -68,11 +68,16 @@ class AbortedTxn:
 class TransactionIndex:
     """The aborted-transaction index of one segment; entries kept in ``last_offset`` order."""
 
-    def __init__(self, path: Path, base_offset: int) -> None:
+    def __init__(
+        self, path: Path, base_offset: int, max_bytes: Callable[[], int] | None = None
+    ) -> None:
+        """``max_bytes``: the longest file loaded, asked when it is loaded (longer is corrupt,
+        and never read whole)."""
         if base_offset < 0:
             raise ValueError(f"negative base offset {base_offset}")
         self._path = Path(path)
         self._base = base_offset
+        self._max_bytes = max_bytes
         self._txns: list[AbortedTxn] | None = None  # loaded on first use
         self._tail = 0  # bytes of a trailing partial entry (a corrupt file)
         self._fd: int | None = None
@@ -96,10 +101,16 @@ class TransactionIndex:
 
     def _entries(self) -> list[AbortedTxn]:
         if self._txns is None:
+            bound = None if self._max_bytes is None else self._max_bytes()
             try:
-                data = read_regular(self._path)
+                data = read_regular(self._path, max_bytes=bound)
             except FileNotFoundError:
                 data = b""
+            if bound is not None and len(data) > bound:
+                raise self._corrupt(
+                    f"longer than {bound} bytes, more than its segment's aborted transactions "
+                    "can take"
+                )
             count, self._tail = divmod(len(data), TXN_ENTRY_SIZE)
             txns = []
             for i in range(count):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import tempfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -444,3 +445,27 @@ def test_time_index_matches_brute_force(
         for ts in probes + [t for t, _ in pairs] + [t - 1 for t, _ in pairs]:
             below = [(t, base + r) for t, r in pairs if t <= ts]
             assert reopened.lookup(ts) == (below[-1] if below else (-1, base))
+
+
+@pytest.mark.parametrize("kind", [OffsetIndex, TimeIndex])
+def test_an_index_longer_than_segment_index_bytes_is_not_read_and_is_corrupt(
+    tmp_path: Path, kind: type[OffsetIndex] | type[TimeIndex]
+) -> None:
+    """A sparse file claiming a gigabyte: loading reads one byte past the setting's bound, not
+    the file, and the sanity check names the setting (the open then rebuilds the index)."""
+    path = tmp_path / "00000000000000000000.index"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)
+    tracemalloc.start()
+    try:
+        index = kind(path, 0, max_index_size=4096)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    assert index.entries == 0
+    with pytest.raises(CorruptIndexError, match=r"longer than segment\.index\.bytes"):
+        index.sanity_check()
+    exact = tmp_path / "exact.index"
+    exact.write_bytes(bytes(4096 // kind.ENTRY_SIZE * kind.ENTRY_SIZE))  # as Kafka preallocates
+    assert kind(exact, 0, max_index_size=4096).entries == 4096 // kind.ENTRY_SIZE

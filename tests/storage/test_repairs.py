@@ -90,3 +90,19 @@ def test_a_writers_append_meanwhile_stays_and_the_older_indexes_go_back(tmp_path
     log = PartitionLog(part, CONFIG)
     assert [r.key for r in log.records(info.first_offset)] == [b"late"]
     log.close()
+
+
+def test_an_index_too_long_to_copy_is_left_to_its_repair(tmp_path: Path) -> None:
+    """A sparse gigabyte under an index's name: not copied for the undo (memory stays bounded),
+    and the undo keeps what the open's repair made of it instead of deleting it."""
+    part = make(tmp_path)
+    first = sorted(part.glob("*.index"))[0]
+    with open(first, "r+b") as f:
+        f.truncate(1 << 30)
+    repairs = Repairs(part)
+    assert first.name not in repairs.indexes
+    reopen(part).close()
+    rebuilt = first.read_bytes()
+    assert 0 < len(rebuilt) < 1 << 20
+    assert "partition changed before the failure" in repairs.undo()
+    assert first.read_bytes() == rebuilt

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import struct
 import tempfile
+import tracemalloc
 from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
 
-from cleanerd.storage import AbortedTxn, CorruptIndexError, TransactionIndex
+from cleanerd.format import Record
+from cleanerd.storage import (
+    AbortedTxn,
+    CorruptIndexError,
+    LogSegment,
+    PartitionLog,
+    TransactionIndex,
+)
+from cleanerd.topics import LogConfig
 
 BASE = 100
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -239,3 +248,34 @@ def test_collect_matches_reading_the_file(
         visited = txns if stop is None else txns[: stop + 1]
         assert complete == (stop is not None)
         assert found == [t for t in visited if t.last_offset >= fetch and t.first_offset < upper]
+
+
+def test_a_txn_index_longer_than_its_bound_is_not_read_and_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "00000000000000000000.txnindex"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # sparse: a gigabyte of nothing beside a small log
+    index = TransactionIndex(path, 0, max_bytes=lambda: 4096)
+    tracemalloc.start()
+    try:
+        with pytest.raises(CorruptIndexError, match="longer than 4096 bytes"):
+            index.sanity_check()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_a_segment_bounds_its_txn_index_by_its_log(tmp_path: Path) -> None:
+    log = PartitionLog.create(tmp_path / "t-0", LogConfig())
+    log.append([Record(0, 1000, b"k", b"v" * 50)])
+    log.roll()
+    log.close()
+    first = log.segments[0]
+    path = first.txn_index.path
+    path.write_bytes(bytes(first.size + 1))
+    fresh = LogSegment(tmp_path / "t-0", 0, LogConfig())
+    with pytest.raises(CorruptIndexError, match=f"longer than {first.size} bytes"):
+        fresh.txn_index.sanity_check()
+    fresh.close()
+    PartitionLog(tmp_path / "t-0", LogConfig()).close()  # a writer's open rebuilds it
+    assert not path.exists() or path.stat().st_size == 0
