@@ -62,6 +62,10 @@ _FIELD_SEP = re.compile(r"[ \t\n\x0b\f\r]+")  # Java regex \s+
 _METADATA_SEP = re.compile(r":[ \t\n\x0b\f\r]+")  # partition.metadata "key: value"
 _TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{22}")
 _SHOW_MAX = 120
+MAX_CHECKPOINT_BYTES = 64 << 20
+"""The longest checkpoint file read (a line is a topic of at most 249 characters, a partition
+and an offset: this holds hundreds of thousands of partitions); a longer one is refused
+without being read whole."""
 
 T = TypeVar("T")
 Row = dict[str, int | str]
@@ -130,11 +134,15 @@ def _show(text: str) -> str:
 def _read_bytes(path: Path) -> bytes | None:
     """The file's bytes, or None if it does not exist."""
     try:
-        return read_regular(path)  # a FIFO or symlink under a checkpoint's name is refused
+        # a FIFO or symlink under a checkpoint's name is refused
+        data = read_regular(path, MAX_CHECKPOINT_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise _error(path, None, f"cannot read: {exc.strerror or exc}") from exc
+    if len(data) > MAX_CHECKPOINT_BYTES:
+        raise _error(path, None, f"longer than {MAX_CHECKPOINT_BYTES} bytes: not a checkpoint")
+    return data
 
 
 def _read_text(path: Path) -> str | None:

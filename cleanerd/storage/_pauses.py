@@ -29,6 +29,7 @@ PAUSES_FILE = "cleanerd-paused.json"
 """The pause record's name inside each log dir."""
 PAUSES_VERSION = 1
 _MAX_PAUSES = 1 << 31  # a count beyond any real use: a larger one is a damaged file
+MAX_PAUSES_FILE_BYTES = 64 << 20  # hundreds of thousands of partitions; longer is not read
 
 Pauses = Mapping[TopicPartition, int]
 """Partition -> outstanding pauses (at least 1)."""
@@ -46,11 +47,13 @@ def read_pauses(log_dir: Path) -> dict[TopicPartition, int]:
     """The pauses recorded in ``log_dir`` (none when it has no pause file)."""
     path = pauses_path(log_dir)
     try:
-        raw = read_regular(path)  # a symlink or FIFO under the name is refused
+        raw = read_regular(path, MAX_PAUSES_FILE_BYTES)  # a symlink or FIFO is refused
     except FileNotFoundError:
         return {}
     except OSError as e:
         raise PauseFileError(f"{path}: cannot read: {e.strerror or e}") from e
+    if len(raw) > MAX_PAUSES_FILE_BYTES:
+        raise PauseFileError(f"{path}: longer than {MAX_PAUSES_FILE_BYTES} bytes: not a pause file")
     try:
         doc = json.loads(raw)
     except ValueError as e:  # UnicodeDecodeError included

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import threading
+import tracemalloc
 import uuid
 from pathlib import Path
 
@@ -158,6 +159,20 @@ def test_error_message_format_from_the_brief(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError) as info:
         read_offset_checkpoint(path)
     assert str(info.value) == f"{path} line 3: expected 'topic partition offset', got 'foo 1'"
+
+
+def test_an_over_long_checkpoint_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / CLEANER_OFFSET_CHECKPOINT
+    with open(path, "wb") as f:
+        f.truncate(8 << 30)  # sparse: 8 GiB of nothing
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match="longer than 67108864 bytes"):
+            read_offset_checkpoint(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= cp.MAX_CHECKPOINT_BYTES + (1 << 20)  # the bound and a byte, not the file
 
 
 def test_unreadable_checkpoint_is_a_checkpoint_error(tmp_path: Path) -> None:

@@ -111,3 +111,11 @@ def test_an_unreadable_or_irregular_record_is_an_error_too(tmp_path: Path) -> No
     os.mkfifo(tmp_path / PAUSES_FILE)  # a FIFO would block a plain read forever
     with pytest.raises(PauseFileError, match=PAUSES_FILE):
         read_pauses(tmp_path)
+
+
+def test_an_over_long_record_is_refused_without_being_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / PAUSES_FILE
+    with open(path, "wb") as f:
+        f.truncate(8 << 30)  # sparse: 8 GiB of nothing
+    with pytest.raises(PauseFileError, match=r"longer than 67108864 bytes: not a pause file"):
+        read_pauses(tmp_path)
