@@ -35,7 +35,7 @@ from cleanerd.storage._files import (
 from cleanerd.storage._index import OffsetIndex, TimeIndex
 from cleanerd.storage._kept_maps import MAPS
 from cleanerd.storage._regular import kind_of, open_regular, refusal, view_regular
-from cleanerd.storage._txnindex import TransactionIndex
+from cleanerd.storage._txnindex import TXN_INDEX_MIN_BOUND, TransactionIndex
 from cleanerd.topics import LogConfig
 
 _EMPTY = np.zeros(0, dtype=np.uint8)
@@ -81,9 +81,7 @@ class LogSegment:
         self.txn_index = TransactionIndex(
             segment_file(self.directory, base_offset, TXN_INDEX_SUFFIX, temp_suffix),
             base_offset,
-            # each entry (34 bytes) stands for an abort marker, a batch of 61 bytes and more, in
-            # the log: an index longer than its log is not what a writer left
-            max_bytes=lambda: self._size,
+            max_bytes=lambda: max(self._size, TXN_INDEX_MIN_BOUND),
         )
         self._fd: int | None = None
         self._size = self._regular_size()

@@ -65,6 +65,13 @@ class AbortedTxn:
         return cls(*_FIELDS.unpack_from(data, 2))
 
 
+TXN_INDEX_MIN_BOUND = 64 << 20
+"""A segment's ``.txnindex`` is loaded up to the larger of this and its ``.log``'s size. An
+entry (34 bytes) stands for an aborted transaction whose records were in the segment's range;
+a cleaning may remove those records and keep the entry, so the log alone does not bound it,
+but 64 MiB is two million aborted transactions."""
+
+
 class TransactionIndex:
     """The aborted-transaction index of one segment; entries kept in ``last_offset`` order."""
 

@@ -17,6 +17,7 @@ from cleanerd.storage import (
     LogSegment,
     PartitionLog,
     TransactionIndex,
+    _segment as segment_module,
 )
 from cleanerd.topics import LogConfig
 
@@ -265,16 +266,23 @@ def test_a_txn_index_longer_than_its_bound_is_not_read_and_is_corrupt(tmp_path: 
     assert peak < 1 << 20
 
 
-def test_a_segment_bounds_its_txn_index_by_its_log(tmp_path: Path) -> None:
+def test_a_segment_bounds_its_txn_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """By the larger of its log's size and the floor (a cleaning may keep the entries of aborted
+    transactions whose records it removed, so the log alone is no bound)."""
+    monkeypatch.setattr(segment_module, "TXN_INDEX_MIN_BOUND", 1024)
     log = PartitionLog.create(tmp_path / "t-0", LogConfig())
     log.append([Record(0, 1000, b"k", b"v" * 50)])
     log.roll()
     log.close()
     first = log.segments[0]
     path = first.txn_index.path
-    path.write_bytes(bytes(first.size + 1))
+    path.write_bytes(bytes(1024))  # within the floor, past the log: loaded (and checked)
     fresh = LogSegment(tmp_path / "t-0", 0, LogConfig())
-    with pytest.raises(CorruptIndexError, match=f"longer than {first.size} bytes"):
+    with pytest.raises(CorruptIndexError, match="not a multiple of 34"):
+        fresh.txn_index.sanity_check()
+    path.write_bytes(bytes(1025))
+    fresh = LogSegment(tmp_path / "t-0", 0, LogConfig())
+    with pytest.raises(CorruptIndexError, match="longer than 1024 bytes"):
         fresh.txn_index.sanity_check()
     fresh.close()
     PartitionLog(tmp_path / "t-0", LogConfig()).close()  # a writer's open rebuilds it
