@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,15 +44,16 @@ from cleanerd.storage import (
     TimeIndex,
     map_readonly,
     offsets_overlap,
+    open_regular,
     parse_base_offset,
     read_any_checkpoint,
-    read_regular,
     read_snapshot,
     segment_file,
 )
 from cleanerd.topics import LogConfig
 
 Item = dict[str, object]
+_DUMP_CHUNK_ENTRIES = 8192
 _MARKERS = (ControlType.ABORT, ControlType.COMMIT)
 
 
@@ -270,33 +272,42 @@ def _base(path: Path) -> int:
     return base
 
 
+def _entries(path: Path, size: int) -> Iterator[tuple[int, bytes]]:
+    """The file's whole ``size``-byte entries with their numbers, read a chunk at a time: a dump
+    prints an index of any length in bounded memory (the loaders bound what they load)."""
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as f:
+        i = 0
+        while chunk := f.read(size * _DUMP_CHUNK_ENTRIES):
+            for start in range(0, len(chunk) - size + 1, size):
+                yield i, chunk[start : start + size]
+                i += 1
+
+
 def offset_index_items(path: Path) -> Iterator[Item]:
     """``.index`` entries with absolute offsets, as Kafka's dump prints them."""
-    index = OffsetIndex(path, _base(path))
-    for i in range(index.entries):
-        offset, position = index.entry(i)
+    base = _base(path)
+    for _, raw in _entries(path, OffsetIndex.ENTRY_SIZE):
+        offset, position = OffsetIndex.decode_entry(raw, base)
         yield {"type": "offset_index", "offset": offset, "position": position}
     _check_tail(path, OffsetIndex.ENTRY_SIZE)
 
 
 def time_index_items(path: Path) -> Iterator[Item]:
     """``.timeindex`` entries with absolute offsets."""
-    index = TimeIndex(path, _base(path))
-    for i in range(index.entries):
-        timestamp, offset = index.entry(i)
+    base = _base(path)
+    for _, raw in _entries(path, TimeIndex.ENTRY_SIZE):
+        timestamp, offset = TimeIndex.decode_entry(raw, base)
         yield {"type": "time_index", "timestamp": timestamp, "offset": offset}
     _check_tail(path, TimeIndex.ENTRY_SIZE)
 
 
 def txn_index_items(path: Path) -> Iterator[Item]:
     """``.txnindex`` entries, decoded one by one so the good ones print before a bad one."""
-    data = read_regular(path)
-    for i in range(len(data) // TXN_ENTRY_SIZE):
-        start = i * TXN_ENTRY_SIZE
+    for i, raw in _entries(path, TXN_ENTRY_SIZE):
         try:
-            txn = AbortedTxn.from_bytes(data[start : start + TXN_ENTRY_SIZE])
+            txn = AbortedTxn.from_bytes(raw)
         except ValueError as exc:
-            raise DumpError(f"{path} at byte {start}: entry {i}: {exc}") from exc
+            raise DumpError(f"{path} at byte {i * TXN_ENTRY_SIZE}: entry {i}: {exc}") from exc
         yield {
             "type": "txn_index",
             "producer_id": txn.producer_id,
@@ -311,7 +322,7 @@ def index_sanity(path: Path, kind: FileKind) -> str:
     """Kafka's ``--index-sanity-check``: the check a broker runs on start-up to decide whether
     to rebuild the index. The line to print; CorruptIndexError when it fails."""
     index = OffsetIndex(path, _base(path)) if kind is FileKind.OFFSET_INDEX else None
-    if index is not None and index.entries == 0:
+    if index is not None and index.entries == 0 and not index.too_long:
         return f"{path} is empty."
     (index or TimeIndex(path, _base(path))).sanity_check()
     return f"{path} passed sanity check."

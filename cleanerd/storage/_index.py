@@ -49,6 +49,7 @@ class _EntryFile:
     """
 
     ENTRY_SIZE: ClassVar[int]
+    _STRUCT: ClassVar[struct.Struct]
     _DTYPE: ClassVar[np.dtype[Any]]
     _FIELDS: ClassVar[tuple[str, str]]  # (key, value) field names; "rel" is the offset
 
@@ -102,6 +103,11 @@ class _EntryFile:
         return self._n
 
     @property
+    def too_long(self) -> bool:
+        """The file is longer than the index may be, and was not loaded (its check fails)."""
+        return self._too_long
+
+    @property
     def max_entries(self) -> int:
         return self._max_entries
 
@@ -109,6 +115,15 @@ class _EntryFile:
     def size_bytes(self) -> int:
         """Length the file has once flushed (Kafka's sizeInBytes of a trimmed index)."""
         return self._n * self.ENTRY_SIZE
+
+    @classmethod
+    def decode_entry(cls, raw: bytes, base_offset: int) -> tuple[int, int]:
+        """One entry's ``ENTRY_SIZE`` bytes as ``entry`` gives it (the offset made absolute),
+        for readers that stream a file instead of loading it."""
+        key, val = cls._STRUCT.unpack(raw)
+        if cls._FIELDS[0] == "rel":
+            return key + base_offset, val
+        return key, val + base_offset
 
     def entry(self, i: int) -> tuple[int, int]:
         """Entry ``i`` as stored, with the relative offset made absolute."""
@@ -240,6 +255,7 @@ class OffsetIndex(_EntryFile):
     """``.index``: 8-byte entries (int32 relative offset, int32 position in the ``.log``)."""
 
     ENTRY_SIZE = 8
+    _STRUCT = _OFFSET_ENTRY
     _DTYPE = np.dtype([("rel", ">i4"), ("pos", ">i4")])
     _FIELDS = ("rel", "pos")
 
@@ -286,6 +302,7 @@ class TimeIndex(_EntryFile):
     """``.timeindex``: 12-byte entries (int64 max timestamp so far, int32 relative offset)."""
 
     ENTRY_SIZE = 12
+    _STRUCT = _TIME_ENTRY
     _DTYPE = np.dtype([("ts", ">i8"), ("rel", ">i4")])
     _FIELDS = ("ts", "rel")
 

@@ -279,6 +279,18 @@ def test_offset_and_time_index(copy: Built, suffix: str) -> None:
     assert f"{path} at byte {len(entries) * index.ENTRY_SIZE}: 3 trailing bytes" in result.stderr
 
 
+@pytest.mark.slow
+def test_an_index_past_segment_index_bytes_is_still_dumped_whole(copy: Built) -> None:
+    """``dump`` streams an index (the loaders stop at ``segment.index.bytes``, 10 MiB here)."""
+    path = segments(copy.partition)[0].with_suffix(".index")
+    entry = path.read_bytes()[:8]
+    count = (10 << 20) // 8 + 3
+    path.write_bytes(entry * count)
+    out = lines(run("--format", "json", path))
+    assert len(out) == count
+    assert out[-1] == out[0]
+
+
 def test_txn_index(built: Built) -> None:
     (path,) = built.partition.glob("*.txnindex")
     (txn,) = TransactionIndex(path, int(path.stem)).all_aborted()

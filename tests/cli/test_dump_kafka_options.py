@@ -249,3 +249,16 @@ def test_deep_iteration_reports_offset_gaps_as_kafka_does(tmp_path: Path) -> Non
         "  5 is followed by 7",
     ]
     assert run("--format", "json", "--files", log, "--deep-iteration").stderr == ""
+
+
+def test_an_index_past_segment_index_bytes_fails_its_sanity_check(
+    partition: Path, tmp_path: Path
+) -> None:
+    """Not "is empty": the loader does not read a file past the setting, and says so."""
+    long = tmp_path / "00000000000000000000.index"
+    with open(long, "wb") as f:
+        f.truncate(16 << 20)  # sparse, past the default segment.index.bytes (10 MiB)
+    result = run("--files", long, "--index-sanity-check")
+    assert result.exit_code == 1
+    assert "longer than segment.index.bytes" in result.stderr
+    assert "is empty" not in result.stdout
