@@ -351,9 +351,13 @@ class MetadataCache:
             return PartitionMeta(tp, directory, size, fingerprint)
         if checkpoints.error is not None:
             return PartitionMeta(tp, directory, size, fingerprint, error=checkpoints.error)
-        checkpoint = checkpoints.cleaner.get(tp)
-        clean_end = -1 if checkpoint is None else checkpoint
         logs = listing.logs
+        checkpoint = checkpoints.cleaner.get(tp)
+        # A cleaning never passes the active segment's base: nothing is summarised on the word
+        # of a checkpoint beyond it (Kafka's rules reset one past the log end to the start)
+        clean_end = -1
+        if checkpoint is not None and logs and checkpoint <= logs[-1][0]:
+            clean_end = checkpoint
         nexts = [next_base for next_base, _, _ in logs[1:]]
         walks = [
             self._segment(

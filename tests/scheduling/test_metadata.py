@@ -504,6 +504,15 @@ def test_a_checkpoint_moved_back_walks_what_was_read_from_indexes(tmp_path: Path
 
 
 @pytest.mark.usefixtures("summarise_small")
+def test_a_checkpoint_past_the_active_segment_summarises_nothing(tmp_path: Path) -> None:
+    _log(tmp_path)
+    _cleaned_to(tmp_path, 13)  # beyond the active segment's base (12): not a cleaning's
+    cache = MetadataCache()
+    _read(cache, tmp_path)
+    assert (cache.summaries, cache.walks) == (0, 4)
+
+
+@pytest.mark.usefixtures("summarise_small")
 def test_an_open_transaction_above_the_checkpoint_still_bounds_the_lso(tmp_path: Path) -> None:
     log = _log(tmp_path)
     open_at = log.append(
