@@ -91,7 +91,9 @@ class Repairs:
             # replaces it, the undo leaves the repaired one and says the partition changed
             if name.endswith(_INDEXES) and size <= COPY_MAX_BYTES:
                 with contextlib.suppress(OSError):
-                    self.indexes[name] = read_regular(self.directory / name, COPY_MAX_BYTES)
+                    data = read_regular(self.directory / name, COPY_MAX_BYTES)
+                    if len(data) <= COPY_MAX_BYTES:  # it grew past the bound since its stat
+                        self.indexes[name] = data
         logs = (n for n in self.before if n.endswith(LOG_SUFFIX))
         bases = [b for n in logs if (b := parse_base_offset(n)) is not None]
         self.active = max(bases, default=None)  # writers' from here on

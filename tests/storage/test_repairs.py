@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cleanerd.format import Record
-from cleanerd.storage import PartitionLog, Repairs
+from cleanerd.storage import PartitionLog, Repairs, _repairs as repairs_module
 from cleanerd.topics import LogConfig
 
 CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=64)
@@ -106,3 +108,20 @@ def test_an_index_too_long_to_copy_is_left_to_its_repair(tmp_path: Path) -> None
     assert 0 < len(rebuilt) < 1 << 20
     assert "partition changed before the failure" in repairs.undo()
     assert first.read_bytes() == rebuilt
+
+
+def test_an_index_that_grew_past_the_bound_since_its_stat_is_not_kept_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its copy would be its first bytes only, which an undo would write back as the file."""
+    part = make(tmp_path)
+    first = sorted(part.glob("*.index"))[0]
+    assert first.stat().st_size > 16
+    real = repairs_module.fingerprint
+
+    def stale(directory: Path) -> repairs_module.Fingerprint:  # stat'ed while it was small
+        return {n: (ino, min(size, 16), mtime) for n, (ino, size, mtime) in real(directory).items()}
+
+    monkeypatch.setattr(repairs_module, "COPY_MAX_BYTES", 16)
+    monkeypatch.setattr(repairs_module, "fingerprint", stale)
+    assert first.name not in Repairs(part).indexes
