@@ -242,10 +242,11 @@ def _library() -> Any:
     return crc32c.crc32c
 
 
-def checksum(data: Any, *, release_gil: bool = False) -> int:
-    """CRC32C of one buffer; ``release_gil`` when other threads run (the library keeps the GIL
-    for data under 32 KiB unless told otherwise)."""
-    return int(_library()(data, 0, 1 if release_gil else -1))
+def checksum(data: Any, initial: int = 0, *, release_gil: bool = False) -> int:
+    """CRC32C of one buffer, continuing ``initial`` (the CRC of the bytes before it);
+    ``release_gil`` when other threads run (the library keeps the GIL for data under 32 KiB
+    unless told otherwise)."""
+    return int(_library()(data, initial, 1 if release_gil else -1))
 
 
 def first_bad_crc_each(arr: Arr, batches: Arr, first: int, stop: int, *, release_gil: bool) -> int:

@@ -13,19 +13,23 @@ as a broker would, for tests and tools.
 
 from __future__ import annotations
 
+import os
 import struct
+from collections.abc import Iterator
 from dataclasses import astuple, dataclass
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from cleanerd.format import INT_MAX, checksum
 from cleanerd.storage._errors import StorageError
-from cleanerd.storage._regular import read_regular
+from cleanerd.storage._regular import open_regular
 
 VERSION = 1
 _HEADER = struct.Struct(">hIi")  # version, CRC, entry count
 _ENTRY = struct.Struct(">qhiqiqiq")
 CRC_START = 6  # the CRC covers the entry count and the entries
 ENTRY_SIZE = _ENTRY.size  # 46
+_BLOCK_ENTRIES = 1 << 12  # entries a read takes (184 KiB): what ``read_snapshot`` holds at once
 
 
 class CorruptSnapshotError(StorageError):
@@ -53,16 +57,43 @@ class SnapshotEntry:
         return self.last_sequence - self.offset_delta
 
 
-def decode(data: bytes, path: Path | str) -> list[SnapshotEntry]:
-    """The entries of a snapshot file's bytes; CorruptSnapshotError names ``path`` and the byte
-    where it goes wrong (Kafka checks version, then CRC, then reads the entries)."""
-    size = len(data)
-    if size < _HEADER.size:
+def read_snapshot(path: Path | str) -> Iterator[SnapshotEntry]:
+    """The entries of the snapshot file at ``path``; CorruptSnapshotError names the file and the
+    byte where it goes wrong.
+
+    The whole file is checked before the first entry comes out: version, count, its length
+    against the count (before any CRC, so a file of a hostile length is refused without being
+    read), then the CRC, streamed. Memory stays at one block of entries whatever the file's
+    size; Kafka's ``ProducerStateManager.readSnapshot`` reads the file whole.
+    """
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        head = f.read(_HEADER.size)
+        count = _checked_count(head, size, path)
+        _stored_crc_holds(f, head, size, path)
+        f.seek(_HEADER.size)
+        while count > 0:
+            take = min(count, _BLOCK_ENTRIES)
+            block = f.read(take * ENTRY_SIZE)
+            if len(block) != take * ENTRY_SIZE:  # the file shrank after it was checked
+                raise CorruptSnapshotError(
+                    f"{path} at byte {f.tell()}: the file ended early; it changed while it was read"
+                )
+            for fields in _ENTRY.iter_unpack(block):
+                yield SnapshotEntry(*fields)
+            count -= take
+
+
+def _checked_count(head: bytes, size: int, path: Path | str) -> int:
+    """The entry count of a snapshot whose first bytes are ``head`` and whose length is
+    ``size``, once the version is known and the length is the count's."""
+    if len(head) < _HEADER.size:
         raise CorruptSnapshotError(
-            f"{path} at byte {size}: the file ends inside the {_HEADER.size}-byte header "
+            f"{path} at byte {len(head)}: the file ends inside the {_HEADER.size}-byte header "
             "(version, CRC, entry count)"
         )
-    version, stored, count = _HEADER.unpack_from(data)
+    version, _crc, count = cast(tuple[int, int, int], _HEADER.unpack(head))
     if version != VERSION:
         raise CorruptSnapshotError(
             f"{path} at byte 0: unknown producer snapshot version {version} (Kafka writes "
@@ -77,26 +108,29 @@ def decode(data: bytes, path: Path | str) -> list[SnapshotEntry]:
             f"{path} at byte {_HEADER.size + whole * ENTRY_SIZE}: the file ends inside entry "
             f"{whole} of {count} ({size} bytes, {expected} expected)"
         )
-    computed = checksum(data[CRC_START:])
-    if computed != stored:
-        raise CorruptSnapshotError(
-            f"{path} at byte 2: CRC mismatch (stored {stored}, computed {computed} over bytes "
-            f"{CRC_START}..{size})"
-        )
     if size > expected:
         raise CorruptSnapshotError(
             f"{path} at byte {expected}: {size - expected} bytes after the {count} entries "
             "the header counts"
         )
-    return [
-        SnapshotEntry(*_ENTRY.unpack_from(data, _HEADER.size + i * ENTRY_SIZE))
-        for i in range(count)
-    ]
+    return count
 
 
-def read_snapshot(path: Path) -> list[SnapshotEntry]:
-    """The entries of the snapshot file at ``path`` (CorruptSnapshotError if it is bad)."""
-    return decode(read_regular(path), path)
+def _stored_crc_holds(f: BinaryIO, head: bytes, size: int, path: Path | str) -> None:
+    """CorruptSnapshotError unless the CRC32C of bytes ``CRC_START..size`` of ``f`` (read in
+    blocks) is the one ``head`` stores."""
+    _version, stored, _count = _HEADER.unpack(head)
+    crc = checksum(head[CRC_START:])
+    f.seek(_HEADER.size)
+    left = size - _HEADER.size
+    while left > 0 and (block := f.read(min(left, _BLOCK_ENTRIES * ENTRY_SIZE))):
+        crc = checksum(block, initial=crc)
+        left -= len(block)
+    if crc != stored:
+        raise CorruptSnapshotError(
+            f"{path} at byte 2: CRC mismatch (stored {stored}, computed {crc} over bytes "
+            f"{CRC_START}..{size})"
+        )
 
 
 def encode(entries: list[SnapshotEntry]) -> bytes:

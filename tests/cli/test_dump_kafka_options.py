@@ -182,8 +182,8 @@ def test_snapshot_is_dumped_as_kafkas_tool_prints_it(tmp_path: Path) -> None:
     assert first["current_txn_first_offset"] == 40
     assert first["batch"]["first_sequence"] == 10
     assert (last["batch"], last["current_txn_first_offset"]) == (None, None)
-    assert encode(read_snapshot(path)) == path.read_bytes()  # our encoder writes Kafka's bytes
-    assert read_snapshot(path)[0] == SnapshotEntry(*ENTRIES[0])
+    assert encode(list(read_snapshot(path))) == path.read_bytes()  # our encoder: Kafka's bytes
+    assert next(read_snapshot(path)) == SnapshotEntry(*ENTRIES[0])
 
 
 def test_empty_snapshot(tmp_path: Path) -> None:
