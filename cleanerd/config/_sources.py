@@ -24,32 +24,133 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from cleanerd.topics import BROKER_TOPIC_DEFAULTS
 
-DAEMON_DEFAULTS: dict[str, object] = {
-    "log.dirs": "./data",
-    "log.cleaner.enable": True,
-    "log.cleaner.threads": 1,
-    "log.cleaner.dedupe.buffer.size": 134_217_728,
-    "log.cleaner.io.buffer.load.factor": 0.9,
-    "log.cleaner.io.buffer.size": 524_288,
-    "log.cleaner.io.max.bytes.per.second": "unlimited",
-    "log.cleaner.backoff.ms": 15_000,
-    "cleanerd.cleaner.processes": True,
-    "cleanerd.retry.attempts": 3,
-    "cleanerd.retry.backoff.ms": 1_000,
-    "cleanerd.retry.backoff.max.ms": 60_000,
-    "cleanerd.http.listen": "127.0.0.1:9404",
-    "cleanerd.http.status.public": False,
-    "cleanerd.http.tls.cert.file": "",
-    "cleanerd.http.tls.key.file": "",
-    "cleanerd.admin.token": "",
-    "cleanerd.metrics.per.partition": True,
-    "cleanerd.log.format": "auto",
-    "cleanerd.log.level": "info",
-    "cleanerd.shutdown.timeout.ms": 20_000,
-    "cleanerd.engine.spark.master": "",
-    "cleanerd.engine.spark.min.partition.bytes": 10_737_418_240,
-    "cleanerd.engine.spark.task.budget.bytes": 134_217_728,
-}
+
+@dataclass(frozen=True)
+class DaemonSetting:
+    """One daemon setting: its name, its default as a file would write it, and what it does
+    (the reference table in docs/configuration.md is generated from these)."""
+
+    name: str
+    default: object
+    meaning: str
+
+
+DAEMON_SETTINGS = (
+    DaemonSetting(
+        "log.dirs",
+        "./data",
+        "The log dirs to compact (a list, or one comma-separated string). Relative paths resolve "
+        "against the current directory when the config is loaded.",
+    ),
+    DaemonSetting(
+        "log.cleaner.enable", True, "`false`: nothing is cleaned; the daemon only reports."
+    ),
+    DaemonSetting(
+        "log.cleaner.threads", 1, "Cleaning workers, at most 64; `0`: report only, clean nothing."
+    ),
+    DaemonSetting(
+        "log.cleaner.dedupe.buffer.size",
+        134_217_728,
+        "Bytes of offset maps all workers share (a log asks for what it needs, up to all of "
+        "it); more than 1 MiB a worker.",
+    ),
+    DaemonSetting(
+        "log.cleaner.io.buffer.load.factor",
+        0.9,
+        "How full an offset map may get, in (0, 1]: a log with more keys is cleaned in more "
+        "passes.",
+    ),
+    DaemonSetting(
+        "log.cleaner.io.buffer.size",
+        524_288,
+        "Accepted so a Kafka config loads; cleanerd sizes its reads itself.",
+    ),
+    DaemonSetting(
+        "log.cleaner.io.max.bytes.per.second",
+        "unlimited",
+        "One throttle on the bytes all cleanings read and write, as Kafka's cleaner throttles.",
+    ),
+    DaemonSetting(
+        "log.cleaner.backoff.ms",
+        15_000,
+        "Longest wait between two surveys of the log dirs when no log needs cleaning.",
+    ),
+    DaemonSetting(
+        "cleanerd.cleaner.processes",
+        True,
+        "`true`: each worker cleans in a process of its own (every core; about 100 MiB a "
+        "worker); `false`: in threads of the daemon's process.",
+    ),
+    DaemonSetting(
+        "cleanerd.retry.attempts",
+        3,
+        "Retries of a partition whose cleaning failed before it is marked uncleanable.",
+    ),
+    DaemonSetting(
+        "cleanerd.retry.backoff.ms", 1_000, "Delay before the first retry; doubled each retry."
+    ),
+    DaemonSetting("cleanerd.retry.backoff.max.ms", 60_000, "The longest delay between retries."),
+    DaemonSetting(
+        "cleanerd.http.listen",
+        "127.0.0.1:9404",
+        "Where `/metrics`, `/healthz`, `/readyz`, `/status` and the admin API listen "
+        "(`host:port`); `off`: no HTTP port.",
+    ),
+    DaemonSetting(
+        "cleanerd.http.status.public",
+        False,
+        "`false`: `/status` answers only loopback clients and bearers of the admin token.",
+    ),
+    DaemonSetting(
+        "cleanerd.http.tls.cert.file",
+        "",
+        "PEM certificate (then any intermediates) for HTTPS on that port; with the key file, "
+        "or neither. A SIGHUP reads both files again.",
+    ),
+    DaemonSetting("cleanerd.http.tls.key.file", "", "PEM private key of that certificate."),
+    DaemonSetting(
+        "cleanerd.admin.token",
+        "",
+        "Bearer token clients beyond loopback need for admin requests (and `/status` unless "
+        "it is public).",
+    ),
+    DaemonSetting(
+        "cleanerd.metrics.per.partition",
+        True,
+        "Per-partition gauges; turn off for many partitions.",
+    ),
+    DaemonSetting(
+        "cleanerd.log.format",
+        "auto",
+        "`auto` (console on a terminal, else JSON), `json` or `console`.",
+    ),
+    DaemonSetting("cleanerd.log.level", "info", "`debug`, `info`, `warning` or `error`."),
+    DaemonSetting(
+        "cleanerd.shutdown.timeout.ms",
+        20_000,
+        "How long a stop waits for running cleanings to abort; past it the daemon exits 1 (a "
+        "cleaning process is killed).",
+    ),
+    DaemonSetting(
+        "cleanerd.engine.spark.master",
+        "",
+        "Spark master for logs too big for one machine (`local[4]`, `spark://host:7077`, "
+        "`yarn`, ...); empty: no Spark.",
+    ),
+    DaemonSetting(
+        "cleanerd.engine.spark.min.partition.bytes",
+        10_737_418_240,
+        "Dirty bytes from which a log is cleaned on Spark instead of by a worker.",
+    ),
+    DaemonSetting(
+        "cleanerd.engine.spark.task.budget.bytes",
+        134_217_728,
+        "One Spark task's offset map; a log that needs more is deduplicated by a shuffle (plan B).",
+    ),
+)
+"""The daemon's own settings, in the order docs/configuration.md lists them."""
+
+DAEMON_DEFAULTS: dict[str, object] = {s.name: s.default for s in DAEMON_SETTINGS}
 """Daemon settings and their defaults, as they would be written in a file."""
 
 SPARK_CONF_PREFIX = "cleanerd.engine.spark.conf."

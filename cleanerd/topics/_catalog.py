@@ -19,43 +19,164 @@ DELETE = "delete"
 
 @dataclass(frozen=True, slots=True)
 class TopicSetting:
-    """One Kafka topic setting: its name, Kafka's default and the broker setting that sets it."""
+    """One Kafka topic setting: its name, Kafka's default, the broker setting that sets it and
+    what it does to a cleaning (the reference table in docs/configuration.md comes from these)."""
 
     name: str
     default: object
     broker: str
+    meaning: str
 
 
 TOPIC_SETTINGS = (
-    TopicSetting("cleanup.policy", DELETE, "log.cleanup.policy"),
-    TopicSetting("min.cleanable.dirty.ratio", 0.5, "log.cleaner.min.cleanable.ratio"),
-    TopicSetting("delete.retention.ms", 86_400_000, "log.cleaner.delete.retention.ms"),
-    TopicSetting("min.compaction.lag.ms", 0, "log.cleaner.min.compaction.lag.ms"),
-    TopicSetting("max.compaction.lag.ms", LONG_MAX, "log.cleaner.max.compaction.lag.ms"),
-    TopicSetting("segment.bytes", 1_073_741_824, "log.segment.bytes"),
-    TopicSetting("segment.ms", 604_800_000, "log.roll.ms"),
-    TopicSetting("segment.jitter.ms", 0, "log.roll.jitter.ms"),
-    TopicSetting("segment.index.bytes", 10_485_760, "log.index.size.max.bytes"),
-    TopicSetting("index.interval.bytes", 4096, "log.index.interval.bytes"),
-    TopicSetting("max.message.bytes", 1_048_588, "message.max.bytes"),
+    TopicSetting(
+        "cleanup.policy",
+        DELETE,
+        "log.cleanup.policy",
+        "`compact`: the topic is cleaned; `delete`: never touched; `compact,delete`: cleaned, "
+        "and its segments past retention deleted.",
+    ),
+    TopicSetting(
+        "min.cleanable.dirty.ratio",
+        0.5,
+        "log.cleaner.min.cleanable.ratio",
+        "A log is cleaned once this share of its cleanable bytes is not yet cleaned (or a "
+        "record is past `max.compaction.lag.ms`).",
+    ),
+    TopicSetting(
+        "delete.retention.ms",
+        86_400_000,
+        "log.cleaner.delete.retention.ms",
+        "How long a tombstone or a transaction marker stays after the cleaning that first "
+        "kept it (its batch's delete horizon, KIP-534).",
+    ),
+    TopicSetting(
+        "min.compaction.lag.ms",
+        0,
+        "log.cleaner.min.compaction.lag.ms",
+        "Records younger than this are not compacted.",
+    ),
+    TopicSetting(
+        "max.compaction.lag.ms",
+        LONG_MAX,
+        "log.cleaner.max.compaction.lag.ms",
+        "No record stays uncompacted longer than this, whatever the ratio (KIP-354): such a log "
+        "is cleaned first, its idle active segment rolled.",
+    ),
+    TopicSetting(
+        "segment.bytes",
+        1_073_741_824,
+        "log.segment.bytes",
+        "The largest segment: a cleaning groups segments into outputs no longer than this.",
+    ),
+    TopicSetting(
+        "segment.ms",
+        604_800_000,
+        "log.roll.ms",
+        "The active segment's roll age (or `max.compaction.lag.ms`, if lower); the daemon rolls "
+        "an idle active segment by it.",
+    ),
+    TopicSetting(
+        "segment.jitter.ms",
+        0,
+        "log.roll.jitter.ms",
+        "Up to this much is taken off a segment's roll age (a per-segment jitter, as Kafka's).",
+    ),
+    TopicSetting(
+        "segment.index.bytes",
+        10_485_760,
+        "log.index.size.max.bytes",
+        "The largest `.index` or `.timeindex`: a segment's output rolls when one is full, and a "
+        "longer index file is corrupt.",
+    ),
+    TopicSetting(
+        "index.interval.bytes",
+        4096,
+        "log.index.interval.bytes",
+        "Log bytes between two entries of a written segment's indexes.",
+    ),
+    TopicSetting(
+        "max.message.bytes",
+        1_048_588,
+        "message.max.bytes",
+        "Kafka's limit on a produced batch, accepted for Kafka's configs: a cleaning reads any "
+        "batch its segment holds whole.",
+    ),
     # Kafka 4.x (LogConfig): bounds decompressed records. Kafka's default is no bound in practice
     # (Records.SOFT_MAX_ARRAY_LENGTH); cleanerd's is 128 MiB per batch, so a bomb is refused.
     TopicSetting(
-        "max.decompressed.message.bytes", MAX_DECOMPRESSED_BYTES, "max.decompressed.message.bytes"
+        "max.decompressed.message.bytes",
+        MAX_DECOMPRESSED_BYTES,
+        "max.decompressed.message.bytes",
+        "The most one batch's records may take decompressed; a batch past it is refused as "
+        "corrupt.",
     ),
-    TopicSetting("retention.ms", 604_800_000, "log.retention.ms"),
-    TopicSetting("retention.bytes", -1, "log.retention.bytes"),
-    TopicSetting("compaction.strategy", "offset", "log.cleaner.compaction.strategy"),
-    TopicSetting("compaction.strategy.header", "", "log.cleaner.compaction.strategy.header"),
+    TopicSetting(
+        "retention.ms",
+        604_800_000,
+        "log.retention.ms",
+        "`compact,delete` topics: segments whose newest record is older are deleted; -1: none.",
+    ),
+    TopicSetting(
+        "retention.bytes",
+        -1,
+        "log.retention.bytes",
+        "`compact,delete` topics: the oldest segments are deleted while the log is larger; "
+        "-1: no limit.",
+    ),
+    TopicSetting(
+        "compaction.strategy",
+        "offset",
+        "log.cleaner.compaction.strategy",
+        "Which record of a key survives (KIP-280): the newest by `offset`, by `timestamp`, or "
+        "by the `header` named below.",
+    ),
+    TopicSetting(
+        "compaction.strategy.header",
+        "",
+        "log.cleaner.compaction.strategy.header",
+        "The header holding a record's version, for `compaction.strategy = header`.",
+    ),
     # a broker setting in Kafka (the producer state's); here a topic may override it too
-    TopicSetting("producer.id.expiration.ms", 86_400_000, "producer.id.expiration.ms"),
+    TopicSetting(
+        "producer.id.expiration.ms",
+        86_400_000,
+        "producer.id.expiration.ms",
+        "A producer with no open transaction and nothing newer than this is forgotten: its last "
+        "batch is no longer kept.",
+    ),
     # the codec of the topic's snapshots ("producer": uncompressed, as a snapshot has no producer)
-    TopicSetting("compression.type", "producer", "compression.type"),
+    TopicSetting(
+        "compression.type",
+        "producer",
+        "compression.type",
+        "The codec of the topic's snapshots (`producer`: uncompressed).",
+    ),
     # KIP-630 snapshots of the compacted state (cleanerd's own; Kafka has them only for KRaft)
-    TopicSetting("snapshot.enable", False, "log.cleaner.snapshot.enable"),
-    TopicSetting("snapshot.minimum.records", 20_000, "log.cleaner.snapshot.minimum.records"),
-    TopicSetting("snapshot.retention.count", 2, "log.cleaner.snapshot.retention.count"),
-    TopicSetting("snapshot.truncate.log", False, "log.cleaner.snapshot.truncate.log"),
+    TopicSetting(
+        "snapshot.enable",
+        False,
+        "log.cleaner.snapshot.enable",
+        "Whether the daemon takes KIP-630 snapshots of the topic's compacted state.",
+    ),
+    TopicSetting(
+        "snapshot.minimum.records",
+        20_000,
+        "log.cleaner.snapshot.minimum.records",
+        "New records since the last snapshot before the next one is taken.",
+    ),
+    TopicSetting(
+        "snapshot.retention.count",
+        2,
+        "log.cleaner.snapshot.retention.count",
+        "Snapshots kept, newest first.",
+    ),
+    TopicSetting(
+        "snapshot.truncate.log",
+        False,
+        "log.cleaner.snapshot.truncate.log",
+        "Whether the log is truncated up to the oldest snapshot kept.",
+    ),
 )
 """The topic settings the cleaner uses, in the order ``config show`` lists their broker names."""
 

@@ -19,11 +19,13 @@ from cleanerd.config import (
 )
 from cleanerd.config._sources import (
     DAEMON_DEFAULTS,
+    DAEMON_SETTINGS,
     env_name,
     parse_listen,
     parse_properties,
 )
 from cleanerd.topics import BROKER_TOPIC_DEFAULTS, Strategy, TopicSettings
+from cleanerd.topics._catalog import TOPIC_SETTINGS
 
 MIB = 1 << 20
 
@@ -564,3 +566,11 @@ def test_spark_engine_problems(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         load(tmp_path, sets={"cleanerd.engine.spark.conf.": "x"})  # no Spark key after the prefix
     assert "unknown setting" in e.value.problems[0].line()
+
+
+def test_every_setting_says_what_it_does() -> None:
+    """The reference tables' "what it does" column comes from these: a setting added without
+    one would be a blank cell an operator reads as nothing."""
+    for s in (*DAEMON_SETTINGS, *TOPIC_SETTINGS):
+        assert s.meaning.strip().endswith("."), s.name
+        assert "|" not in s.meaning, s.name  # a table cell

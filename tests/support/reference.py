@@ -18,7 +18,7 @@ import click
 
 from cleanerd.cli import COMMANDS, cli
 from cleanerd.config import restart_only
-from cleanerd.config._sources import ALIASES, DAEMON_DEFAULTS, TIME_SYNONYMS, env_name
+from cleanerd.config._sources import ALIASES, DAEMON_SETTINGS, TIME_SYNONYMS, env_name
 from cleanerd.service._metrics_doc import METRICS_DOC
 from cleanerd.topics._catalog import TOPIC_SETTINGS
 
@@ -102,13 +102,16 @@ def _settings_daemon() -> str:
     for alias, name in ALIASES.items():
         synonyms.setdefault(name, []).append(alias)
     lines = [
-        "| setting | default | environment variable | a reload applies it |",
-        "|---|---|---|---|",
+        "| setting | default | what it does | environment variable | a reload applies it |",
+        "|---|---|---|---|---|",
     ]
-    for name, value in DAEMON_DEFAULTS.items():
-        also = "".join(f" (or `{s}`)" for s in synonyms.get(name, ()))
-        reload = "no: restart" if restart_only(name) else "yes"
-        lines.append(f"| `{name}`{also} | {_default(value)} | `{env_name(name)}` | {reload} |")
+    for s in DAEMON_SETTINGS:
+        also = "".join(f" (or `{x}`)" for x in synonyms.get(s.name, ()))
+        reload = "no: restart" if restart_only(s.name) else "yes"
+        lines.append(
+            f"| `{s.name}`{also} | {_default(s.default)} | {s.meaning} | `{env_name(s.name)}` "
+            f"| {reload} |"
+        )
     return "\n".join(lines)
 
 
@@ -117,13 +120,15 @@ def _settings_topics() -> str:
     for spelling, (name, _) in TIME_SYNONYMS.items():
         synonyms.setdefault(name, []).append(spelling)
     lines = [
-        "| topic setting | broker setting (its default) | environment variable | Kafka's default |",
-        "|---|---|---|---|",
+        "| topic setting | Kafka's default | what it does | broker setting (its default) "
+        "| environment variable |",
+        "|---|---|---|---|---|",
     ]
     for s in TOPIC_SETTINGS:
         also = "".join(f" (or `{x}`)" for x in synonyms.get(s.broker, ()))
         lines.append(
-            f"| `{s.name}` | `{s.broker}`{also} | `{env_name(s.broker)}` | {_default(s.default)} |"
+            f"| `{s.name}` | {_default(s.default)} | {s.meaning} | `{s.broker}`{also} "
+            f"| `{env_name(s.broker)}` |"
         )
     return "\n".join(lines)
 
