@@ -127,10 +127,14 @@ class Repairs:
         return base is not None and self.active is not None and base >= self.active
 
     def _same(self, name: str) -> bool:
-        """A restored index holds its old bytes (under a new inode)."""
+        """A restored index holds its old bytes (under a new inode). The kept copy's length
+        bounds the read: a file grown past it since differs whatever it holds."""
+        kept = self.indexes.get(name)
+        if kept is None:
+            return False
         try:
-            return read_regular(self.directory / name) == self.indexes[name]
-        except (KeyError, OSError):
+            return read_regular(self.directory / name, len(kept)) == kept
+        except OSError:
             return False
 
     def _restore(self, name: str) -> None:

@@ -8,6 +8,7 @@ meanwhile keeps the writer's files and still puts the older segments' indexes ba
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,22 @@ def test_an_index_that_grew_past_the_bound_since_its_stat_is_not_kept_cut(
     monkeypatch.setattr(repairs_module, "COPY_MAX_BYTES", 16)
     monkeypatch.setattr(repairs_module, "fingerprint", stale)
     assert first.name not in Repairs(part).indexes
+
+
+def test_an_index_grown_huge_before_the_undo_compares_within_its_copy(tmp_path: Path) -> None:
+    """What the undo reports as changed compares each index with its kept copy: a file grown
+    to a sparse 4 GiB meanwhile is read only one byte past the copy's length, and differs."""
+    part = make(tmp_path)
+    first = sorted(part.glob("*.index"))[0]
+    repairs = Repairs(part)
+    assert repairs._same(first.name)
+    with open(first, "r+b") as f:
+        f.truncate(4 << 30)
+    tracemalloc.start()
+    try:
+        same = repairs._same(first.name)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not same
+    assert peak < 1 << 20
