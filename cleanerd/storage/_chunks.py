@@ -27,10 +27,25 @@ from typing import cast
 
 import numpy as np
 
-from cleanerd.format import I64, U8, CorruptRecordError, kernels as k, layout as at, scan_batches
+from cleanerd.format import (
+    ATTR_CODEC_MASK,
+    I64,
+    U8,
+    CorruptRecordError,
+    kernels as k,
+    layout as at,
+    scan_batches,
+)
 
 CHUNK_BYTES = 4 << 20
 """Batch bytes handled per step of a pass; a batch larger than this is one chunk on its own."""
+
+UNCOMPRESSED_CHUNK_FACTOR = 4
+"""A run of uncompressed batches is read ``UNCOMPRESSED_CHUNK_FACTOR * CHUNK_BYTES`` at a time
+(``iter_chunks``). Nothing of theirs is decompressed (their records are read where they lie), so
+what a chunk of them costs in memory is its pages and its records' rows (``CHUNK_RECORDS``
+bounds those), while every chunk costs every pass a fixed share of Python work: at 4 MiB that
+share was about 8% of a 1M-record uncompressed clean (bench/compare.py, docs/speed.md)."""
 
 CHUNK_RECORDS = 1 << 19
 """Records a chunk holds at most (a batch holding more is a chunk on its own). Whoever takes a
@@ -68,6 +83,12 @@ def chunk_bytes() -> int:
     return CHUNK_BYTES
 
 
+def uncompressed_chunk_bytes() -> int:
+    """How many bytes a chunk of uncompressed batches reads now (a multiple of ``chunk_bytes``:
+    tests that shrink one shrink both)."""
+    return CHUNK_BYTES * UNCOMPRESSED_CHUNK_FACTOR
+
+
 def chunk_records() -> int:
     """How many records a chunk holds at most now (``CHUNK_RECORDS``, which tests shrink)."""
     return CHUNK_RECORDS
@@ -90,13 +111,20 @@ def iter_chunks(
     caller asks for the next chunk, the pages of the previous ones are released (``release``):
     it must not keep views into them. With ``strict=False`` the walk ends quietly at the first
     problem (a writer may be appending to the active segment).
+
+    A chunk holds at most ``chunk_bytes`` of compressed batches and ``chunk_records()``
+    records. After a chunk of uncompressed batches only, the next read takes
+    ``uncompressed_chunk_bytes()`` (when larger), and its uncompressed batches come in chunks of
+    that size: segments keep one codec as a rule, so a compressed segment is read as before.
     """
     size = int(arr.shape[0])
     step = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
+    wide = max(step, uncompressed_chunk_bytes())
     pos = start
     prev = prev_last_offset
+    plain = False  # the last chunk held uncompressed batches only: read wide
     while pos < size:
-        end = min(size, pos + step)
+        end = min(size, pos + (wide if plain else step))
         scan = scan_batches(
             arr, start=pos, end=end, path=path, check_crc=check_crc, prev_last_offset=prev
         )
@@ -107,7 +135,13 @@ def iter_chunks(
                 arr, start=pos, end=whole, path=path, check_crc=check_crc, prev_last_offset=prev
             )
         if len(scan):
-            for batches in _by_records(scan.batches):
+            compressed = np.where(
+                (scan.batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK) != 0,
+                scan.batches[:, k.B_SIZE],
+                0,
+            )
+            plain = not compressed.any()
+            for batches in _runs(scan.batches, compressed, step, wide):
                 yield batches
                 end_of = int(batches[-1, k.B_POS] + batches[-1, k.B_SIZE])
                 release(arr, pos, end_of)  # the caller is done with this chunk's bytes
@@ -122,10 +156,15 @@ def iter_chunks(
                 raise CorruptRecordError("no batch found", path=path, position=pos)
 
 
-def _by_records(batches: I64) -> Iterator[I64]:
-    """``batches`` in runs of at most ``CHUNK_RECORDS`` records (a larger batch alone)."""
-    for lo, hi in batch_runs(batches[:, k.B_COUNT], chunk_records()):
-        yield batches[lo:hi]
+def _runs(batches: I64, compressed: I64, step: int, wide: int) -> Iterator[I64]:
+    """``batches`` in chunks of at most ``step`` bytes of compressed batches (``compressed``:
+    each batch's size if it is compressed, else 0), ``wide`` bytes in all and
+    ``chunk_records()`` records; a batch past a bound is a chunk on its own."""
+    for lo, hi in batch_runs(compressed, step):
+        for mid, top in batch_runs(batches[lo:hi, k.B_SIZE], wide):
+            part = batches[lo + mid : lo + top]
+            for a, b in batch_runs(part[:, k.B_COUNT], chunk_records()):
+                yield part[a:b]
 
 
 def batch_runs(values: I64, most: int) -> Iterator[tuple[int, int]]:

@@ -72,16 +72,18 @@ def test_release_drops_the_pages_of_a_range(segment: Path) -> None:
 def test_iter_chunks_keeps_about_one_chunk_resident(
     segment: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 40_000)
+    # the segment's batches are uncompressed: its chunks are uncompressed_chunk_bytes() wide
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", 10_000)
+    chunk = chunks_mod.uncompressed_chunk_bytes()
     arr = _mapped(segment)
     peak = 0
     for _ in iter_chunks(arr, path=str(segment), prev_last_offset=-1):
         peak = max(peak, _rss_kib(arr))
-    assert arr.size > 5 * 40_000
+    assert arr.size > 5 * chunk
     # a fault maps the neighbouring pages already in the page cache too (the kernel's
     # fault-around, 64 KiB by default), so up to that much past a chunk can be resident
-    assert peak * 1024 <= 3 * 40_000 + FAULT_AROUND + 2 * PAGE
-    assert _rss_kib(arr) * 1024 <= 2 * 40_000 + FAULT_AROUND + 2 * PAGE
+    assert peak * 1024 <= 3 * chunk + FAULT_AROUND + 2 * PAGE
+    assert _rss_kib(arr) * 1024 <= 2 * chunk + FAULT_AROUND + 2 * PAGE
     assert peak * 1024 < arr.size // 2  # far from the whole segment
 
 

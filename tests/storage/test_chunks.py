@@ -73,3 +73,35 @@ def test_pages_are_released_only_up_to_the_chunk_handed_out(
     assert [hi for _, hi in released] == ends
     assert [lo for lo, _ in released] == [0, *ends[:-1]]
     assert ends[-1] == int(every[-1, k.B_POS] + every[-1, k.B_SIZE])
+
+
+def test_uncompressed_batches_come_in_wider_chunks_than_compressed_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uncompressed batches are read where they lie (nothing decompressed), so once a chunk of
+    them is seen the next ones are ``uncompressed_chunk_bytes()`` wide; compressed batches
+    keep to ``CHUNK_BYTES`` of them a chunk, even inside a wide read."""
+    step = 4096
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", step)
+    wide = chunks_mod.uncompressed_chunk_bytes()
+    assert wide == 4 * step
+    log = new_log(tmp_path, segment_bytes=1 << 30)
+    codecs = [Compression.NONE] * 60 + [Compression.GZIP] * 60 + [Compression.NONE] * 60
+    for i, codec in enumerate(codecs):
+        log.append([rec(j, 1000 * i + j) for j in range(30)], compression=codec)
+    log.roll()
+    arr = log.segments[0].view(keep=False)
+    every = scan_batches(arr, check_crc=False).batches
+    chunks = list(iter_chunks(arr, path="seg"))
+    assert np.array_equal(np.concatenate(chunks), every)  # every batch once, in order
+    compressed = [int(c[(c[:, k.B_ATTRIBUTES] & 7) != 0, k.B_SIZE].sum()) for c in chunks]
+    sizes = [int(c[:, k.B_SIZE].sum()) for c in chunks]
+    assert all(n <= step for n in compressed), compressed
+    assert all(n <= wide for n in sizes), sizes
+    # a read after a chunk holding any compressed batch (and the first read) takes step bytes,
+    # as before; a read after a plain chunk takes wide ones
+    plain = [n == 0 for n in compressed]
+    for i, size in enumerate(sizes):
+        assert size <= (wide if i and plain[i - 1] else step), (i, sizes, compressed)
+    assert max(sizes) > 3 * step  # the plain reads did widen
+    log.close()
