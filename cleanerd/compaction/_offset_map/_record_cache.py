@@ -65,7 +65,7 @@ def _anonymous(nbytes: int, dtype: type[np.generic]) -> Arr:
 SCRATCH_ROW_BYTES = 16 + 8 + 1  # pass 1's room per record of a chunk: hash, offset, flags
 MAX_KEPT_SCRATCH_BYTES = 64 << 20
 """``scratch`` keeps its room from one chunk (and clean) to the next up to this size; an honest
-4 MiB chunk needs about 1 MiB."""
+chunk needs a few MiB (16 MiB of uncompressed 120-byte records: 3.4 MiB)."""
 
 
 @dataclass
