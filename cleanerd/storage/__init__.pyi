@@ -24,8 +24,10 @@ from ._chunks import (
     chunk_bytes as chunk_bytes,
     chunk_records as chunk_records,
     iter_chunks as iter_chunks,
+    pages_are_kept as pages_are_kept,
     pages_kept as pages_kept,
     release as release,
+    uncompressed_chunk_bytes as uncompressed_chunk_bytes,
 )
 from ._erasure_ledger import (
     LEDGER_FILE as LEDGER_FILE,

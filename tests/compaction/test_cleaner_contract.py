@@ -590,3 +590,42 @@ def test_chunks_cut_by_record_count_write_the_same_log_and_bound_each_pass(
     assert cut == whole
     assert map_cut <= 1000
     assert decide_cut <= 1000
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.LZ4])
+def test_pass_2_decides_uncompressed_batches_in_wide_parts_only_while_pages_are_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, codec: Compression
+) -> None:
+    """Pass 2 takes what pass 1 cached in parts: of uncompressed batches, as wide as
+    ``iter_chunks`` reads them while the cleaning keeps its log mapped anyway; otherwise (a
+    log past ``RESIDENT_LOG_BYTES``, or compressed batches) one chunk's bytes. Same log out."""
+    step = 2048
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", step)
+
+    def run(d: Path, resident: int) -> tuple[list[bytes], int]:
+        log = new_log(d, segment_bytes=1 << 20)
+        for i in range(200):
+            log.append([rec((i * 7 + j) % 61, i * 10 + j) for j in range(8)], compression=codec)
+        log.roll()
+        widest = 0
+        decide = filter_mod.decide_chunk
+
+        def spy(ctx: Any, meta: Any, arr: Any, batches: Any, *args: Any, **kw: Any) -> Any:
+            nonlocal widest
+            widest = max(widest, int(batches[:, k.B_SIZE].sum()))
+            return decide(ctx, meta, arr, batches, *args, **kw)
+
+        with monkeypatch.context() as m:
+            m.setattr(group_writer_mod, "decide_chunk", spy)
+            m.setattr(chunks_mod, "RESIDENT_LOG_BYTES", resident)
+            clean(log)
+        return _log_bytes(log), widest
+
+    kept, kept_widest = run(tmp_path / "a", 1 << 30)
+    dropped, dropped_widest = run(tmp_path / "b", 0)
+    assert kept == dropped
+    assert dropped_widest <= step
+    if codec is Compression.NONE:
+        assert step < kept_widest <= chunks_mod.uncompressed_chunk_bytes()
+    else:
+        assert kept_widest <= step

@@ -18,7 +18,7 @@ from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
-from cleanerd.format import I64, U8, kernels as k
+from cleanerd.format import ATTR_CODEC_MASK, I64, U8, kernels as k
 from cleanerd.storage import (
     AbortedTxn,
     LogSegment,
@@ -27,7 +27,9 @@ from cleanerd.storage import (
     chunk_records,
     collect_aborted,
     iter_chunks,
+    pages_are_kept,
     release,
+    uncompressed_chunk_bytes,
 )
 
 CACHED_CHUNKS = 1
@@ -53,17 +55,19 @@ def group_chunks(
         # as their records took at most 8 times their bytes decompressed in pass 1 (pass 2
         # decompresses the batches it rebuilds together: that stays far below the bound)
         step = chunk_bytes() * CACHED_CHUNKS
+        wide = _plain_part_bytes(step)
         most = chunk_records()
-        cached, laid = _cut(cached, cache.payload_bytes(id(seg)), step)
+        cached, laid = _cut(cached, cache.payload_bytes(id(seg)), step, wide)
         sizes = [_chunk_bytes(b) for b, _ in cached]
         counts = [int(b[:, k.B_COUNT].sum()) for b, _ in cached]
+        plain = [_plain(b) for b, _ in cached]
         i = 0
         while i < len(cached):
-            j, size, payload, records = i, 0, 0, 0
+            j, size, payload, records, all_plain = i, 0, 0, 0, True
             while j < len(cached) and (
                 j == i
                 or (
-                    size + sizes[j] <= step
+                    size + sizes[j] <= (wide if all_plain and plain[j] else step)
                     and payload + laid[j] <= step * _PAYLOAD_RATIO
                     and records + counts[j] <= most
                 )
@@ -71,6 +75,7 @@ def group_chunks(
                 size += sizes[j]
                 payload += laid[j]
                 records += counts[j]
+                all_plain = all_plain and plain[j]
                 j += 1
             if j == i + 1:
                 batches, first = cached[i]
@@ -90,21 +95,37 @@ def group_chunks(
         yield batches, cache.first_records(id(seg), batches) if cache is not None else None
 
 
+def _plain_part_bytes(step: int) -> int:
+    """How many bytes of uncompressed batches only pass 2 decides at once: as many as
+    ``iter_chunks`` reads of them when the cleaning keeps its log's pages mapped anyway
+    (``pages_kept``), where a wider part adds only its records' rows (``chunk_records()``
+    bounds those) and saves each part's fixed Python work (none 0.975x end to end at 1M,
+    bench/compare.py); ``step`` otherwise, where a part's pages are what it holds."""
+    return max(step, uncompressed_chunk_bytes()) if pages_are_kept() else step
+
+
+def _plain(batches: I64) -> bool:
+    """No batch of ``batches`` is compressed: their records are read where they lie."""
+    return not bool((batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
+
+
 def _cut(
-    chunks: list[tuple[I64, I64]], laid: list[int], step: int
+    chunks: list[tuple[I64, I64]], laid: list[int], step: int, wide: int
 ) -> tuple[list[tuple[I64, I64]], list[int]]:
-    """Pass 1's chunks cut at whole batches into parts of at most ``step`` bytes (a larger
-    batch alone), each with its share of what the chunk took decompressed: pass 1 reads larger
-    chunks with a pool (``PASS_1_CHUNKS``), and pass 2 rebuilds no more at once for that."""
+    """Pass 1's chunks cut at whole batches into parts of at most ``step`` bytes (``wide`` for
+    a chunk of uncompressed batches only; a larger batch alone), each with its share of what
+    the chunk took decompressed: pass 1 reads larger chunks with a pool (``PASS_1_CHUNKS``),
+    and pass 2 rebuilds no more at once for that."""
     parts: list[tuple[I64, I64]] = []
     shares: list[int] = []
     for (batches, first), payload in zip(chunks, laid, strict=True):
         total = _chunk_bytes(batches)
-        if total <= step:
+        most = wide if _plain(batches) else step
+        if total <= most:
             parts.append((batches, first))
             shares.append(payload)
             continue
-        for lo, hi in batch_runs(batches[:, k.B_SIZE], step):
+        for lo, hi in batch_runs(batches[:, k.B_SIZE], most):
             part = batches[lo:hi]
             parts.append((part, first[lo:hi]))
             shares.append(-(-payload * _chunk_bytes(part) // total))
