@@ -23,6 +23,7 @@ from ._chunks import (
     batch_runs as batch_runs,
     chunk_bytes as chunk_bytes,
     chunk_records as chunk_records,
+    compressed_sizes as compressed_sizes,
     iter_chunks as iter_chunks,
     pages_are_kept as pages_are_kept,
     pages_kept as pages_kept,

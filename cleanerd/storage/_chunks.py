@@ -135,11 +135,7 @@ def iter_chunks(
                 arr, start=pos, end=whole, path=path, check_crc=check_crc, prev_last_offset=prev
             )
         if len(scan):
-            compressed = np.where(
-                (scan.batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK) != 0,
-                scan.batches[:, k.B_SIZE],
-                0,
-            )
+            compressed = compressed_sizes(scan.batches)
             plain = not compressed.any()
             for batches in _runs(scan.batches, compressed, step, wide):
                 yield batches
@@ -154,6 +150,12 @@ def iter_chunks(
             scan.raise_error()
             if len(scan) == 0:  # pragma: no cover - scan_batches always reports why
                 raise CorruptRecordError("no batch found", path=path, position=pos)
+
+
+def compressed_sizes(batches: I64) -> I64:
+    """Each batch's size if it is compressed, else 0: what chunks of them are bounded by."""
+    codecs = batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK
+    return np.where(codecs != 0, batches[:, k.B_SIZE], 0)
 
 
 def _runs(batches: I64, compressed: I64, step: int, wide: int) -> Iterator[I64]:

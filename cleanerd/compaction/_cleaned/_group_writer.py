@@ -18,7 +18,7 @@ from cleanerd.compaction._offset_map._record_cache import RecordCache
 from cleanerd.compaction._stats import CleanerStats
 from cleanerd.compaction._throttle import Throttler
 from cleanerd.compaction._transactions import CleanedTransactionMetadata
-from cleanerd.format import ATTR_CODEC_MASK, I64, U8, kernels as k
+from cleanerd.format import I64, U8, kernels as k
 from cleanerd.storage import (
     AbortedTxn,
     LogSegment,
@@ -26,6 +26,7 @@ from cleanerd.storage import (
     chunk_bytes,
     chunk_records,
     collect_aborted,
+    compressed_sizes,
     iter_chunks,
     pages_are_kept,
     release,
@@ -106,7 +107,7 @@ def _plain_part_bytes(step: int) -> int:
 
 def _plain(batches: I64) -> bool:
     """No batch of ``batches`` is compressed: their records are read where they lie."""
-    return not bool((batches[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
+    return not compressed_sizes(batches).any()
 
 
 def _cut(
