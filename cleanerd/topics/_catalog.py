@@ -73,14 +73,15 @@ TOPIC_SETTINGS = (
         "segment.ms",
         604_800_000,
         "log.roll.ms",
-        "The active segment's roll age (or `max.compaction.lag.ms`, if lower); the daemon rolls "
-        "an idle active segment by it.",
+        "The active segment's roll age on an append (or `max.compaction.lag.ms`, if lower), as "
+        "Kafka's; the daemon's rolls of an idle one follow `max.compaction.lag.ms` alone.",
     ),
     TopicSetting(
         "segment.jitter.ms",
         0,
         "log.roll.jitter.ms",
-        "Up to this much is taken off a segment's roll age (a per-segment jitter, as Kafka's).",
+        "Up to this much is taken off a segment's roll age on an append (a per-segment jitter, "
+        "as Kafka's).",
     ),
     TopicSetting(
         "segment.index.bytes",
