@@ -109,8 +109,11 @@ def _first_position(index: OffsetIndex, time_index: TimeIndex, bounds: Bounds) -
 def _entries(index: OffsetIndex) -> tuple[I64, I64]:
     """(offsets, positions) of every ``.index`` entry (8-byte big-endian relative offset and
     position, as Kafka writes them), as arrays: a big segment's index has a million."""
-    raw = np.fromfile(index.path, dtype=np.dtype([("rel", ">i4"), ("pos", ">i4")]))
-    raw = raw[: index.entries]
+    # no more than the entries the index loaded (at most segment.index.bytes of them): the
+    # file may have grown since, to any length
+    raw = np.fromfile(
+        index.path, dtype=np.dtype([("rel", ">i4"), ("pos", ">i4")]), count=index.entries
+    )
     return raw["rel"].astype(np.int64) + index.base_offset, raw["pos"].astype(np.int64)
 
 

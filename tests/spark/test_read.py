@@ -14,6 +14,8 @@ import datetime as dt
 import hashlib
 import re
 import shutil
+import struct
+import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,8 @@ from cleanerd.spark._columns import ARROW_SCHEMA
 from cleanerd.spark._metrics import ReadMetrics, ReadTotals
 from cleanerd.spark._read import read_log
 from cleanerd.spark._read_options import OptionError, parse_options
-from cleanerd.spark._read_ranges import plan
+from cleanerd.spark._read_ranges import _entries, plan
+from cleanerd.storage import OffsetIndex
 from cleanerd.workload import WorkloadSpec, generate
 from tests.support.bombs import bomb_logdir
 
@@ -489,3 +492,24 @@ def test_a_decompression_bomb_fails_the_task_naming_the_setting(spark: Any, tmp_
         read(spark, small, max_decompressed_message_bytes="1m")
     table, _ = read(spark, small, max_decompressed_message_bytes="4m", skip_corrupt=True)
     assert table.num_rows == 300  # the bomb decompresses; its record count is what is wrong
+
+
+def test_index_entries_are_read_no_further_than_the_index_loaded(tmp_path: Path) -> None:
+    """The read plan re-reads a segment's ``.index`` for its positions: only as many entries
+    as the index loaded (at most ``segment.index.bytes`` of them), even when the file has grown
+    since to a sparse gigabyte."""
+    path = tmp_path / "00000000000000000100.index"
+    path.write_bytes(b"".join(struct.pack(">ii", 10 * i, 4096 * i) for i in range(50)))
+    index = OffsetIndex(path, 100)
+    assert index.entries == 50
+    with open(path, "r+b") as f:
+        f.truncate(1 << 30)
+    tracemalloc.start()
+    try:
+        offsets, positions = _entries(index)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert offsets.tolist() == [100 + 10 * i for i in range(50)]
+    assert positions.tolist() == [4096 * i for i in range(50)]
+    assert peak < 1 << 20
