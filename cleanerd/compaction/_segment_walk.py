@@ -198,9 +198,7 @@ def summarise_cleaned(base: int, path: Path, next_base: int, size: int) -> WalkR
         return None
     size = arr.shape[0]
     indexed, position = offsets.lookup(LONG_MAX)
-    if size < at.HEADER_SIZE or not 0 <= position < size:
-        return None
-    if position + at.HEADER_SIZE > size:
+    if not 0 <= position <= size - at.HEADER_SIZE:  # a whole header at the entry's position
         return None
     if arr[at.MAGIC_AT] != at.MAGIC_V2 or arr[position + at.MAGIC_AT] != at.MAGIC_V2:
         return None  # legacy message sets: walked

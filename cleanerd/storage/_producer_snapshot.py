@@ -70,8 +70,8 @@ def read_snapshot(path: Path | str) -> Iterator[SnapshotEntry]:
     with os.fdopen(fd, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(_HEADER.size)
-        count = _checked_count(head, size, path)
-        _stored_crc_holds(f, head, size, path)
+        count, stored = _checked_header(head, size, path)
+        _crc_holds(f, head, stored, size, path)
         f.seek(_HEADER.size)
         while count > 0:
             take = min(count, _BLOCK_ENTRIES)
@@ -85,15 +85,15 @@ def read_snapshot(path: Path | str) -> Iterator[SnapshotEntry]:
             count -= take
 
 
-def _checked_count(head: bytes, size: int, path: Path | str) -> int:
-    """The entry count of a snapshot whose first bytes are ``head`` and whose length is
-    ``size``, once the version is known and the length is the count's."""
+def _checked_header(head: bytes, size: int, path: Path | str) -> tuple[int, int]:
+    """The entry count and stored CRC of a snapshot whose first bytes are ``head`` and whose
+    length is ``size``, once the version is known and the length is the count's."""
     if len(head) < _HEADER.size:
         raise CorruptSnapshotError(
             f"{path} at byte {len(head)}: the file ends inside the {_HEADER.size}-byte header "
             "(version, CRC, entry count)"
         )
-    version, _crc, count = cast(tuple[int, int, int], _HEADER.unpack(head))
+    version, stored, count = cast(tuple[int, int, int], _HEADER.unpack(head))
     if version != VERSION:
         raise CorruptSnapshotError(
             f"{path} at byte 0: unknown producer snapshot version {version} (Kafka writes "
@@ -113,13 +113,12 @@ def _checked_count(head: bytes, size: int, path: Path | str) -> int:
             f"{path} at byte {expected}: {size - expected} bytes after the {count} entries "
             "the header counts"
         )
-    return count
+    return count, stored
 
 
-def _stored_crc_holds(f: BinaryIO, head: bytes, size: int, path: Path | str) -> None:
-    """CorruptSnapshotError unless the CRC32C of bytes ``CRC_START..size`` of ``f`` (read in
-    blocks) is the one ``head`` stores."""
-    _version, stored, _count = _HEADER.unpack(head)
+def _crc_holds(f: BinaryIO, head: bytes, stored: int, size: int, path: Path | str) -> None:
+    """CorruptSnapshotError unless the CRC32C of bytes ``CRC_START..size`` of ``f`` (``head``,
+    then the rest read in blocks) is ``stored``."""
     crc = checksum(head[CRC_START:])
     f.seek(_HEADER.size)
     left = size - _HEADER.size
