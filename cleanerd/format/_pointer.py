@@ -56,3 +56,35 @@ def _load_le64_typing(typingctx: Any, ptr: Any, offset: Any) -> Any:
 
 
 load_le64: Any = intrinsic(_load_le64_typing)
+
+
+def _prefetch_typing(write: bool) -> Any:
+    """An intrinsic asking the CPU to bring ``ptr[index]`` into cache ahead of use, to read or
+    to write. A hint: it never faults, so ``index`` may lie past the end of the data."""
+
+    def typing(typingctx: Any, ptr: Any, index: Any) -> Any:
+        from llvmlite import ir  # noqa: PLC0415 (only to compile)
+        from numba import types  # noqa: PLC0415
+        from numba.core import cgutils  # noqa: PLC0415
+
+        if not isinstance(ptr, types.CPointer) or not isinstance(index, types.Integer):
+            return None
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+            address = builder.bitcast(builder.gep(args[0], [args[1]]), i8p)
+            fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+            insert: Any = cgutils.get_or_insert_function
+            fn = insert(builder.module, fnty, "llvm.prefetch.p0i8")
+            # read or write, high locality, data cache
+            rw = ir.Constant(i32, 1 if write else 0)
+            builder.call(fn, [address, rw, ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return types.none(ptr, index), codegen
+
+    return typing
+
+
+prefetch_read: Any = intrinsic(_prefetch_typing(write=False))
+prefetch_write: Any = intrinsic(_prefetch_typing(write=True))

@@ -14,7 +14,7 @@ import numpy.typing as npt
 
 from cleanerd._kernel import kernel
 from cleanerd.format._murmur import murmur3_128_at
-from cleanerd.format._pointer import Ptr, data_ptr
+from cleanerd.format._pointer import Ptr, data_ptr, prefetch_read
 
 Arr = npt.NDArray[Any]
 
@@ -48,6 +48,12 @@ NO_HASHES = np.empty((0, 2), dtype=np.uint64)
 # smallest record: length, attributes, timestamp delta, offset delta, key length, value length
 # and header count, one byte each
 MIN_RECORD_SIZE = 7
+
+# how far ahead of the record being parsed its payload is fetched into cache: a page. The CPU's
+# own prefetcher follows a stream only within a 4 KiB page, so each new page of a segment read
+# from memory stalls the parse (a segment outgrows the caches); one page ahead, every record
+# costs about what it does in cache (bench/clean.py: a fifth less for pass 1, uncompressed)
+_PREFETCH_BYTES = 4096
 
 
 @kernel()
@@ -92,6 +98,7 @@ def index_one(
         if p >= end:
             return REC_COUNT_MISMATCH, p, prev_offset
         rec_start = p
+        prefetch_read(buf, p + _PREFETCH_BYTES)  # a hint: past the end is harmless
         length, p, err = _varint(buf, p, end, 5)
         if err != REC_OK:
             return err, rec_start, prev_offset

@@ -29,7 +29,7 @@ from typing import Any
 import numpy.typing as npt
 
 from cleanerd.format._murmur import murmur3_128
-from cleanerd.format._pointer import Ptr, data_ptr
+from cleanerd.format._pointer import Ptr, data_ptr, prefetch_read, prefetch_write
 from cleanerd.format._record_index import (
     MIN_RECORD_SIZE,
     NO_HASHES,
@@ -143,6 +143,8 @@ __all__ = [  # noqa: RUF022
     "index_records",
     "index_records_into",
     "murmur3_128",
+    "prefetch_read",
+    "prefetch_write",
     "walk_batch_matrix",
     "walk_batches",
 ]

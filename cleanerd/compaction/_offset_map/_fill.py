@@ -39,7 +39,6 @@ from cleanerd.compaction._offset_map._table import (
     insert_key,
     is_full,
     normalize,
-    prefetch,
 )
 from cleanerd.format import (
     data_ptr as _data_ptr,
@@ -315,7 +314,7 @@ def put_cached(
     # slots in use are far more than the CPU's caches hold)
     for c in range(lo, hi):
         if c + _PREFETCH_ROWS < hi:
-            prefetch(t, home_slot(cache_hashes[c + _PREFETCH_ROWS, 0], slots) * 3)
+            k.prefetch_write(t, home_slot(cache_hashes[c + _PREFETCH_ROWS, 0], slots) * 3)
         offset = cache_offsets[c]
         if (cache_flags[c] & FLAG_KEYED) and offset >= start_offset:
             if is_full(size, max_entries):

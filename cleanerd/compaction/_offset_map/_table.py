@@ -56,30 +56,7 @@ def _mul_high_typing(typingctx: Any, a: Any, b: Any) -> Any:
     return types.uint64(a, b), codegen
 
 
-def _prefetch_typing(typingctx: Any, t: Any, index: Any) -> Any:
-    """Ask the CPU to bring ``t[index]`` into cache for writing (a hint: it never faults)."""
-    from llvmlite import ir  # noqa: PLC0415
-    from numba import types  # noqa: PLC0415
-    from numba.core import cgutils  # noqa: PLC0415
-
-    if not isinstance(t, types.CPointer) or not isinstance(index, types.Integer):
-        return None
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        address = builder.bitcast(builder.gep(args[0], [args[1]]), i8p)
-        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
-        insert: Any = cgutils.get_or_insert_function
-        fn = insert(builder.module, fnty, "llvm.prefetch.p0i8")
-        # write, high locality, data cache
-        builder.call(fn, [address, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-        return context.get_dummy_value()
-
-    return types.none(t, index), codegen
-
-
 _mul_high: Any = intrinsic(_mul_high_typing)
-prefetch: Any = intrinsic(_prefetch_typing)
 
 
 @kernel(nogil=True, inline="always")
