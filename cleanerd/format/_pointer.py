@@ -1,4 +1,5 @@
-"""Raw data pointers for numba helpers that run once per record (see ``data_ptr``)."""
+"""Raw data pointers for numba helpers that run once per record (see ``data_ptr``), and the
+loads and cache hints (``prefetch_read``, ``prefetch_write``) made through them."""
 
 from __future__ import annotations
 

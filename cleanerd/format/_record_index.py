@@ -52,7 +52,7 @@ MIN_RECORD_SIZE = 7
 # how far ahead of the record being parsed its payload is fetched into cache: a page. The CPU's
 # own prefetcher follows a stream only within a 4 KiB page, so each new page of a segment read
 # from memory stalls the parse (a segment outgrows the caches); one page ahead, every record
-# costs about what it does in cache (bench/clean.py: a fifth less for pass 1, uncompressed)
+# costs about what it does in cache (docs/speed.md has the figures)
 _PREFETCH_BYTES = 4096
 
 

@@ -7,6 +7,8 @@ CRC check, and for damaged input the CorruptRecordError of the first bad batch i
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import threading
 from collections.abc import Iterator
 
@@ -28,6 +30,7 @@ from cleanerd.format._builder import build_batch, finish_crc
 
 U64 = (1 << 64) - 1
 PATH = "/data/t-0/00000000000000000000.log"
+PROT_NONE = 0  # mprotect's "no access" (the mmap module names only the others)
 CODEC_MIXES = {
     "none": [Compression.NONE],
     "lz4": [Compression.LZ4],
@@ -146,6 +149,33 @@ def test_empty_and_tiny_inputs() -> None:
     got = result(only_empty)
     assert isinstance(got[1], np.ndarray)
     assert got[1].shape == (0, k.RECORD_COLUMNS)
+
+
+def test_records_that_end_at_an_unreadable_page_are_indexed() -> None:
+    # the parser asks for the bytes a page ahead of each record (a prefetch hint): a segment
+    # whose last record ends right before a page the process may not read (the end of a
+    # mapped file) must be indexed exactly as the same bytes elsewhere, not fault
+    data = b"".join(random_batches(5, 60, [Compression.NONE], max_records=20, min_records=1))
+    page = mmap.PAGESIZE
+    readable = -(-len(data) // page) * page
+    region = mmap.mmap(-1, readable + page)  # unmapped when collected: views of it remain
+    whole = np.frombuffer(region, dtype=np.uint8)
+    start = readable - len(data)
+    whole[start:readable] = np.frombuffer(data, dtype=np.uint8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    address = ctypes.c_void_p(whole.ctypes.data + readable)
+    assert libc.mprotect(address, ctypes.c_size_t(page), PROT_NONE) == 0
+    try:
+        segment = whole[start:readable]
+        batches = scan_batches(segment, path=PATH, check_crc=True).batches
+        payload, records, hashes = index_and_hash(segment, batches, path=PATH)
+    finally:
+        assert libc.mprotect(address, ctypes.c_size_t(page), mmap.PROT_READ) == 0
+    assert int(records[-1, k.R_POS] + records[-1, k.R_SIZE]) == len(data)  # the last byte
+    want = index_and_hash(np.frombuffer(data, dtype=np.uint8), batches, path=PATH)
+    assert bytes(payload) == bytes(want[0])
+    assert np.array_equal(records, want[1])
+    assert np.array_equal(hashes, want[2])
 
 
 def test_concurrent_callers_get_their_own_results() -> None:
