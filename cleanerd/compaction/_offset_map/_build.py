@@ -528,14 +528,14 @@ def clear_map(omap: OffsetMap, touched: Arr | None) -> None:
 
     A map nothing was put into since its last clear is left as it is.
     """
-    if omap.size and not (
-        touched is not None
-        and touched.shape[0] * 64 >= omap.slots
-        and clear_touched(omap.table, touched) == omap.size
-    ):
-        omap.clear()
-    if touched is not None:
-        touched.fill(0)
+    if touched is not None and touched.shape[0] * 64 >= omap.slots and omap.size:
+        if clear_touched(omap.table, touched) != omap.size:  # it unmarks every slot it walks
+            omap.clear()
+    else:
+        if omap.size:
+            omap.clear()
+        if touched is not None:
+            touched.fill(0)
     omap.set_size(0)
     omap.update_latest_offset(-1)
 
