@@ -103,14 +103,17 @@ def iter_chunks(
     check_crc: bool = True,
     chunk_bytes: int | None = None,
     strict: bool = True,
+    release_pages: bool = True,
 ) -> Iterator[I64]:
     """Batch matrices of consecutive chunks of ``arr[start:]``; raises at the first bad batch.
 
     Every batch is checked as ``scan_batches`` checks it (lengths, magic, CRC, rising offsets),
     and a truncated last batch is an error: the cleaner only reads inactive segments. Once the
     caller asks for the next chunk, the pages of the previous ones are released (``release``):
-    it must not keep views into them. With ``strict=False`` the walk ends quietly at the first
-    problem (a writer may be appending to the active segment).
+    it must not keep views into them. With ``release_pages=False`` the caller releases each
+    chunk itself once done with it: one that asks for the next chunk before it is done with
+    this one. With ``strict=False`` the walk ends quietly at the first problem (a writer may be
+    appending to the active segment).
 
     A chunk holds at most ``chunk_bytes`` of compressed batches and ``chunk_records()``
     records. After a chunk of uncompressed batches only, the next read takes
@@ -140,7 +143,8 @@ def iter_chunks(
             for batches in _runs(scan.batches, compressed, step, wide):
                 yield batches
                 end_of = int(batches[-1, k.B_POS] + batches[-1, k.B_SIZE])
-                release(arr, pos, end_of)  # the caller is done with this chunk's bytes
+                if release_pages:
+                    release(arr, pos, end_of)  # the caller is done with this chunk's bytes
                 pos = end_of
             prev = int(scan.batches[-1, k.B_LAST_OFFSET])
             pos = scan.end

@@ -41,7 +41,7 @@ from cleanerd.format import (
 )
 from cleanerd.format._builder import finish_crc
 from cleanerd.format.layout import LAST_OFFSET_DELTA_AT, RECORDS_COUNT_AT
-from cleanerd.storage import PartitionLog, _chunks as chunks_mod
+from cleanerd.storage import PartitionLog, _chunks as chunks_mod, iter_chunks
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
 from cleanerd.workload import WorkloadSpec, generate
 from tests.support.bombs import bomb_batch, files_of
@@ -386,3 +386,130 @@ def test_with_a_pool_pass_1_reads_larger_chunks_and_pass_2_rebuilds_no_more_at_o
     assert max(seen["map"]) <= _build.PASS_1_CHUNKS * step
     assert 0 < max(seen["decide"]) <= step
     assert files_of(two) == files_of(one)
+
+
+def _walked_by(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Spy on pass 1's walk: the name of the thread that walked each chunk, in order."""
+    walkers: list[str] = []
+    walk = iter_chunks
+
+    def spy(*args: Any, **kw: Any) -> Iterator[Any]:
+        for batches in walk(*args, **kw):
+            walkers.append(threading.current_thread().name)
+            yield batches
+
+    monkeypatch.setattr(_build, "iter_chunks", spy)
+    return walkers
+
+
+def _chunk_bases(part: Path, step: int) -> list[int]:
+    """The first segment's chunks of ``step`` bytes (``storage.iter_chunks``): each one's first
+    batch's base offset."""
+    seg = sorted(part.glob("*.log"))[0]
+    arr = np.frombuffer(seg.read_bytes(), np.uint8)
+    return [int(b[0, k.B_BASE_OFFSET]) for b in iter_chunks(arr, path=str(seg), chunk_bytes=step)]
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+@pytest.mark.parametrize(
+    ("map_bytes", "cache_bytes"),
+    [(1 << 20, 1 << 20), (24 * 400, 1 << 20), (1 << 20, 26 * 3_000)],
+    ids=["whole", "fills", "cache-fills"],
+)
+def test_the_walk_ahead_on_the_pool_leaves_what_one_thread_leaves(
+    tmp_path: Path,
+    codec: str,
+    map_bytes: int,
+    cache_bytes: int,
+    pool: ThreadPoolExecutor,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Segments of many chunks: with a pool, the pool thread walks each next chunk while the
+    cleaner's thread finishes the one before (the same chunks as one thread reads here, with
+    ``PASS_1_CHUNKS`` at 1), and pass 1 leaves exactly what one thread leaves."""
+    part = _log(tmp_path, codec)
+    step = 16 << 10
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", step)
+    monkeypatch.setattr(_build, "PASS_1_CHUNKS", 1)
+    assert len(_chunk_bases(part, step)) >= 4
+    walkers = _walked_by(monkeypatch)
+    one = _pass1(part, map_bytes, cache_bytes, None)
+    assert set(walkers) == {threading.current_thread().name}
+    for other in _pools(pool):
+        walkers.clear()
+        got = _pass1(part, map_bytes, cache_bytes, other)
+        assert _same(got, one), type(other).__name__
+        if isinstance(other, _AllInPool):  # every chunk but a segment's first, walked ahead
+            here = walkers.count(threading.current_thread().name)
+            assert 0 < here <= len(one["segments"])
+            assert len(walkers) > here
+
+
+def _spoil_crc(part: Path, base_offset: int) -> int:
+    """Flip a CRC bit of the first segment's batch at ``base_offset``; returns its position."""
+    seg = sorted(part.glob("*.log"))[0]
+    data = bytearray(seg.read_bytes())
+    batches = scan_batches(np.frombuffer(bytes(data), np.uint8)).batches
+    row = batches[batches[:, k.B_BASE_OFFSET] == base_offset][0]
+    pos = int(row[k.B_POS])
+    data[pos + 17] ^= 0x01  # the CRC field: bytes 17 to 20 of the header
+    seg.write_bytes(bytes(data))
+    return pos
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_a_bad_chunk_walked_ahead_is_raised_when_its_turn_comes(
+    tmp_path: Path, codec: str, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch the walk refuses (a CRC that does not match) in the third chunk: with a pool its
+    walk runs ahead on the pool thread, and its error is the one one thread raises, no sooner
+    than one thread would raise it (the chunks before it are in the map)."""
+    part = _log(tmp_path, codec)
+    step = 16 << 10
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", step)
+    monkeypatch.setattr(_build, "PASS_1_CHUNKS", 1)
+    bad = _chunk_bases(part, step)[2]
+    pos = _spoil_crc(part, bad)
+    mapped: list[int] = []
+    map_chunk = _build._map_chunk
+
+    def spy(arr: Any, batches: Any, *args: Any, **kw: Any) -> Any:
+        mapped.append(int(batches[0, k.B_BASE_OFFSET]))
+        return map_chunk(arr, batches, *args, **kw)
+
+    monkeypatch.setattr(_build, "_map_chunk", spy)
+    with pytest.raises(CorruptRecordError) as one:
+        _pass1(part, 1 << 20, 1 << 20, None)
+    assert one.value.position == pos
+    first = list(mapped)
+    assert len(first) == 2
+    for other in _pools(pool):
+        mapped.clear()
+        with pytest.raises(CorruptRecordError) as two:
+            _pass1(part, 1 << 20, 1 << 20, other)
+        assert str(two.value) == str(one.value)
+        assert mapped == first
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4"])
+def test_a_bad_chunk_past_a_full_map_is_never_an_error(
+    tmp_path: Path, codec: str, pool: ThreadPoolExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The map fills in a chunk, and the chunk after it holds a batch the walk refuses: one
+    thread stops at the full map and never reads that chunk, so with a pool the walk ahead's
+    error must not surface either, and pass 1 leaves the same."""
+    part = _log(tmp_path, codec)
+    step = 16 << 10
+    monkeypatch.setattr(chunks_mod, "CHUNK_BYTES", step)
+    monkeypatch.setattr(_build, "PASS_1_CHUNKS", 1)
+    map_bytes = 24 * 400
+    end = _pass1(part, map_bytes, 1 << 20, None)["end"]
+    bases = _chunk_bases(part, step)
+    after = [b for b in bases if b > end]
+    assert after, "the map fills before the first segment's last chunk"
+    _spoil_crc(part, after[0])  # the first batch of the chunk after the one that filled it
+    one = _pass1(part, map_bytes, 1 << 20, None)
+    assert one["full"]
+    assert one["end"] == end
+    for other in _pools(pool):
+        assert _same(_pass1(part, map_bytes, 1 << 20, other), one), type(other).__name__

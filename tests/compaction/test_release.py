@@ -4,12 +4,21 @@ about one chunk per segment however large the segment)."""
 from __future__ import annotations
 
 import mmap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from cleanerd.compaction import Cleaner, LogMeta, OffsetMap, cleaner_checkpoint, plan_log
+from cleanerd.compaction import (
+    Cleaner,
+    CleanerStats,
+    LogMeta,
+    OffsetMap,
+    cleaner_checkpoint,
+    plan_log,
+)
+from cleanerd.compaction._offset_map._build import PASS_1_CHUNKS, build_offset_map
 from cleanerd.format import Record, build_batch
 from cleanerd.storage import PartitionLog, _chunks as chunks_mod, iter_chunks, release
 from cleanerd.topics import LogConfig, StrategyConfig, TopicCleanerConfig
@@ -158,3 +167,32 @@ def test_pages_kept_holds_for_its_block_only() -> None:
     with chunks_mod.pages_kept(limit + 1) as big:
         assert not big
         assert not chunks_mod._KEPT.get()
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux /proc")
+def test_pass_1_with_a_pool_leaves_about_one_chunk_of_the_segment_resident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a pool, pass 1's walk runs a chunk ahead and releases nothing itself: the cleaner's
+    thread releases each chunk once it is done with it, so the segment's pages do not stay."""
+    log = _rolled_log(tmp_path, monkeypatch, resident=1 << 20)
+    segment = log.segments[0]
+    kept = segment.view()
+    int(kept.sum())  # every page mapped, as a walk before the pass would leave it
+    assert kept.size > 2 << 20
+    with ThreadPoolExecutor(1) as pool:
+        build = build_offset_map(
+            log.segments[:-1],
+            log.segments,
+            0,
+            log.segments[-1].base_offset,
+            OffsetMap(1 << 20),
+            StrategyConfig(),
+            CleanerStats(),
+            lambda n: None,
+            pool=pool,
+        )
+    assert not build.full
+    step = (64 << 10) * PASS_1_CHUNKS  # a pass-1 chunk with a pool (uncompressed: wide as it)
+    assert _rss_kib(kept) * 1024 <= step + FAULT_AROUND + 2 * PAGE
+    log.close()

@@ -31,7 +31,7 @@ def _table(slots: int, keyed: Arr, marked: Arr) -> tuple[Arr, Arr]:
     return tab, touched
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     slots=st.integers(1, 3000),
     data=st.data(),

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +64,7 @@ from cleanerd.format import (
     payload_ranges,
     zstd_context,
 )
-from cleanerd.storage import LogSegment, chunk_bytes, collect_aborted, iter_chunks
+from cleanerd.storage import LogSegment, chunk_bytes, collect_aborted, iter_chunks, release
 from cleanerd.topics import StrategyConfig
 
 Arr = npt.NDArray[Any]
@@ -104,8 +104,10 @@ def _map_chunk(
     segment_id: int = 0,
     touched: Arr = _NO_TOUCHED,
     pool: Executor | None = None,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> bool:
-    """Put one chunk's records into the map; True when the map filled up."""
+    """Put one chunk's records into the map; True when the map filled up. ``meanwhile`` as
+    ``_Pieces.run`` has it, if this chunk is cut into pieces."""
     is_control, aborted = transaction_verdicts(meta, arr, batches, path)
     counts = batches[:, k.B_COUNT]
     data_rows = np.flatnonzero(~is_control & ~aborted & (counts > 0))
@@ -119,7 +121,7 @@ def _map_chunk(
             cache.add_chunk(segment_id, batches, np.full(batches.shape[0], -1, np.int64), 0)
     else:
         g, b, full = _put_fused(
-            arr, batches, data_rows, path, start, omap, cache, segment_id, touched, pool
+            arr, batches, data_rows, path, start, omap, cache, segment_id, touched, pool, meanwhile
         )
     # Kafka counts a control batch as one message and an aborted batch by its record count
     skipped = np.where(is_control, 1, np.where(aborted, counts, 0))
@@ -170,6 +172,7 @@ def _put_fused(
     segment_id: int,
     touched: Arr,
     pool: Executor | None = None,
+    meanwhile: Callable[[], None] = lambda: None,
 ) -> tuple[int, int, bool]:
     """Offset strategy: the chunk's data batches are laid out, indexed and hashed into rows of
     the record cache (``_fill.cache_records``; with a ``pool`` and compressed batches, piece by
@@ -216,7 +219,7 @@ def _put_fused(
         shared = pool is not None and bool((sub[:, k.B_ATTRIBUTES] & ATTR_CODEC_MASK).any())
         pieces = _Pieces(arr, sub, counts, hashes, offsets, flags, shared)
         put = _Puts(omap, start, hashes, offsets, flags, touched)
-        if not pieces.run(pool, put):
+        if not pieces.run(pool, put, meanwhile):
             # a piece did not fit its share or did not decompress, or a record is bad: the
             # chunk as one thread lays it out (within the whole bound), or the reader says why
             got = _laid(arr, sub, counts, None, reuse=True)
@@ -467,15 +470,17 @@ class _Pieces:
         while (i := self._take()) >= 0:
             self._do(i, scratch)
 
-    def run(self, pool: Executor | None, put: _Puts) -> bool:
+    def run(self, pool: Executor | None, put: _Puts, meanwhile: Callable[[], None]) -> bool:
         """Index every piece and put their rows in order; False if a piece failed (some rows
-        may be put then: ``put.done`` says how many)."""
+        may be put then: ``put.done`` says how many). ``meanwhile`` is called once the pool
+        has this chunk's pieces to take: what it queues there comes after them."""
         helper: Future[None] | None = None
         if pool is not None and len(self._ready) > 1:
             try:  # the pool thread sees this thread's decompression limit (a context variable)
                 helper = pool.submit(contextvars.copy_context().run, self._help)
             except RuntimeError:  # the pool is shut down (the daemon is stopping): all here
                 helper = None
+        meanwhile()
         scratch = _Scratch()
         nxt = 0  # the next piece to put
         try:
@@ -495,6 +500,58 @@ class _Pieces:
         if helper is not None and not helper.cancelled():
             helper.result()  # a bug in the pool thread's part is raised here
         return not self.failed
+
+
+class _Chunks:
+    """One segment's chunks in pass 1. With a pool, while this thread finishes a chunk (its
+    last pieces, the puts, the record cache), the pool thread walks the next one (``ask``,
+    queued behind the chunk's pieces): otherwise the pool thread would wait for this one's walk
+    at every chunk.
+
+    ``take`` gives the chunks in order, each once: the one asked for (its walk's error raised
+    then, where a walk here would raise it), or, when none was asked or the pool has not
+    started it, one walked here. Only one thread advances the walk at a time: ``take`` and
+    ``close`` wait for the pool's walk first, so none outlives the pass. With a pool the walk
+    releases no pages (``iter_chunks(release_pages=False)``), as the walk ahead would release
+    them too early: ``done`` releases each chunk's once this thread is finished with it.
+    """
+
+    def __init__(self, arr: U8, chunks: Iterator[I64], pool: Executor | None) -> None:
+        self._arr, self._chunks, self._pool = arr, chunks, pool
+        self._ahead: Future[I64 | None] | None = None
+
+    def _walk(self) -> I64 | None:
+        return next(self._chunks, None)
+
+    def ask(self) -> None:
+        """Queue the next chunk's walk on the pool, if there is one and it is not queued."""
+        if self._pool is not None and self._ahead is None:
+            try:
+                self._ahead = self._pool.submit(contextvars.copy_context().run, self._walk)
+            except RuntimeError:  # the pool is shut down (the daemon is stopping): walk here
+                self._ahead = None
+
+    def take(self) -> I64 | None:
+        """The next chunk, or None at the end of the segment."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or ahead.cancel():
+            return self._walk()
+        return ahead.result()
+
+    def done(self, batches: I64) -> None:
+        """This thread is finished with ``batches``: with a pool, their pages go now."""
+        if self._pool is not None:
+            end = batches[-1, k.B_POS] + batches[-1, k.B_SIZE]
+            release(self._arr, int(batches[0, k.B_POS]), int(end))
+
+    def close(self) -> None:
+        """Wait for a walk still on the pool (its chunk and error unused); end the walk."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and not ahead.cancel():
+            ahead.exception()
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
 
 
 DECODED_BATCH_ROOM = 1 << 20
@@ -581,26 +638,40 @@ def build_offset_map(
         path = str(seg.log_path)
         prev = seg.base_offset - 1 if position == 0 else -1
         crc = id(seg) not in prechecked
-        for batches in iter_chunks(
-            arr, path=path, start=position, prev_last_offset=prev, check_crc=crc, chunk_bytes=step
-        ):
-            on_chunk(int(batches[:, k.B_SIZE].sum()))
-            if _map_chunk(
-                arr,
-                batches,
-                path,
-                start,
-                omap,
-                strategy,
-                meta,
-                stats,
-                cache,
-                id(seg),
-                touched,
-                pool,
-            ):
-                result.full = True
-                break
+        walk = iter_chunks(
+            arr,
+            path=path,
+            start=position,
+            prev_last_offset=prev,
+            check_crc=crc,
+            chunk_bytes=step,
+            release_pages=pool is None,
+        )
+        chunks = _Chunks(arr, walk, pool)
+        try:
+            while (batches := chunks.take()) is not None:
+                on_chunk(int(batches[:, k.B_SIZE].sum()))
+                full = _map_chunk(
+                    arr,
+                    batches,
+                    path,
+                    start,
+                    omap,
+                    strategy,
+                    meta,
+                    stats,
+                    cache,
+                    id(seg),
+                    touched,
+                    pool,
+                    chunks.ask,
+                )
+                chunks.done(batches)
+                if full:
+                    result.full = True
+                    break
+        finally:
+            chunks.close()
         if result.full:
             break
         if position == 0:
