@@ -26,8 +26,14 @@ from cleanerd.cli._errors import print_error
 from cleanerd.cli._options import format_option
 from cleanerd.cli._tables import iec_size, table_console
 from cleanerd.cli._targets import Target, find_targets, load_selection, select, target_options
-from cleanerd.compaction import LogMeta, SegmentMeta, as_rolled, plan, walk_segment
-from cleanerd.format import I64, U8
+from cleanerd.compaction import (
+    LogMeta,
+    SegmentMeta,
+    as_rolled,
+    plan,
+    producer_scans,
+    walk_segment,
+)
 from cleanerd.inspect import segment_logs
 from cleanerd.scheduling import partition_log_meta
 from cleanerd.storage import (
@@ -50,27 +56,29 @@ def _checkpointed(logdir: Path, name: str, tp: TopicPartition) -> int | None:
     return read_offset_checkpoint(path).get(tp) if path.exists() else None
 
 
-def _segment(base: int, path: Path, notes: list[str]) -> tuple[SegmentMeta, U8, I64, Path]:
+def _segment(base: int, path: Path, notes: list[str]) -> SegmentMeta:
     """One segment's metadata from a header walk (no CRC check, index files not needed). The
     largest timestamp is the newest batch's, which a rolled segment's time index ends with."""
     result = walk_segment(base, path)
     if result.walk.error is not None:
         notes.append(str(result.walk.error))
-    return result.walk.meta, result.arr, result.batches, path
+    return result.walk.meta
 
 
 def read_log_meta(directory: Path, tp: TopicPartition) -> tuple[LogMeta, list[str]]:
     """``LogMeta.from_log`` without opening the log (which may write), and notes on oddities:
     swap leftovers, a batch that does not decode (the segment is planned up to it)."""
     notes = [f"{p.name}: left by an interrupted swap" for p in leftover_temp_files(directory)]
-    read = [_segment(base, path, notes) for base, path in segment_logs(directory)]
+    logs = segment_logs(directory)
+    segments = [_segment(base, path, notes) for base, path in logs]
     logdir = directory.parent
     log_start = _checkpointed(logdir, LOG_START_OFFSET_CHECKPOINT, tp)
     high_watermark = _checkpointed(logdir, REPLICATION_OFFSET_CHECKPOINT, tp)
-    state = scan_producer_state((arr, b, str(path)) for _, arr, b, path in read)
+    # a chunk at a time, up to each segment's first problem (what its walk summarised)
+    state = scan_producer_state(scan for base, path in logs for scan in producer_scans(base, path))
     meta = partition_log_meta(
         tp,
-        [meta for meta, _, _, _ in read],
+        segments,
         log_start=log_start,
         high_watermark=high_watermark,
         cleaner_checkpoint=_checkpointed(logdir, CLEANER_OFFSET_CHECKPOINT, tp),

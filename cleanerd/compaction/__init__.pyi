@@ -63,6 +63,7 @@ from ._one_shot import (
 )
 from ._segment_walk import (
     SegmentWalk as SegmentWalk,
+    producer_scans as producer_scans,
     settled as settled,
     summarise_cleaned as summarise_cleaned,
     walk_segment as walk_segment,

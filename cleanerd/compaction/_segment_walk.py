@@ -5,7 +5,11 @@ Opening a ``PartitionLog`` may finish an interrupted swap and rebuild indexes (i
 walk the batch headers (no CRC), summarise. Besides ``SegmentMeta`` the walk keeps what the daemon
 caches per segment: the record count (to size the offset map) and whether it holds transactional
 batches (to skip the producer-state walk when none does). A walk can resume where an earlier
-one stopped, so an active segment that only grew costs a walk of its new batches.
+one stopped, so an active segment that only grew costs a walk of its new batches. A walk reads
+the file a chunk at a time (``storage.iter_chunks``) and keeps only its summary: a segment of
+small batches has about two bytes of batch row for each byte of file (14 columns of 8 bytes for
+a batch of 61), so a walk that held them all would take more memory than the file's size.
+Whoever folds a segment's producer state takes its batches the same way (``producer_scans``).
 
 A segment the cleaner has already cleaned whole needs less: ``summarise_cleaned`` reads what the
 plan takes of it the way Kafka's ``LogSegment`` does, from its indexes (the time index's last
@@ -20,6 +24,7 @@ wholly below it (docs/daemon.md, "Survey and ranking").
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -32,7 +37,6 @@ from cleanerd.format import (
     CorruptRecordError,
     kernels as k,
     layout as at,
-    scan_batches,
 )
 from cleanerd.storage import (
     INDEX_SUFFIX,
@@ -40,6 +44,7 @@ from cleanerd.storage import (
     OffsetIndex,
     StorageError,
     TimeIndex,
+    iter_chunks,
     segment_file,
     view_regular,
 )
@@ -69,12 +74,67 @@ class SegmentWalk:
 
 @dataclass(frozen=True, slots=True)
 class WalkResult:
-    """A walk with the mapped file and the batches it found (for a producer-state fold)."""
+    """A walk with the mapped file and its stat."""
 
     walk: SegmentWalk
     arr: U8
-    batches: I64  # only the batches this walk read (the new ones when resumed)
     stat: os.stat_result
+
+
+@dataclass(slots=True)
+class _Walked:
+    """What a walk of ``arr[start:]`` found, chunk by chunk: its batches' summary, where it
+    stopped (after the last good batch) and why (the first bad batch's error, if any)."""
+
+    end: int
+    batches: int = 0
+    records: int = 0
+    transactional: bool = False
+    max_timestamp: int = -1
+    first_timestamp: int | None = None  # the first batch's max timestamp
+    first_offset: int | None = None  # the first batch's base offset
+    last_offset: int | None = None
+    last_batch: tuple[int, int, int] | None = None  # (position, base offset, crc)
+    error: CorruptRecordError | None = None
+
+    def add(self, b: I64) -> None:
+        if self.first_offset is None:
+            self.first_offset = int(b[0, k.B_BASE_OFFSET])
+            self.first_timestamp = int(b[0, k.B_MAX_TIMESTAMP])
+        self.batches += b.shape[0]
+        self.records += int(b[:, k.B_COUNT].sum())
+        self.transactional = self.transactional or bool(
+            (b[:, k.B_ATTRIBUTES] & ATTR_TRANSACTIONAL).any()
+        )
+        self.max_timestamp = max(self.max_timestamp, int(b[:, k.B_MAX_TIMESTAMP].max()))
+        self.last_offset = int(b[-1, k.B_LAST_OFFSET])
+        self.last_batch = (int(b[-1, k.B_POS]), int(b[-1, k.B_BASE_OFFSET]), int(b[-1, k.B_CRC]))
+        self.end = int(b[-1, k.B_POS] + b[-1, k.B_SIZE])
+
+
+def _walk(arr: U8, path: Path, start: int, prev_last_offset: int) -> _Walked:
+    """Walk the batch headers of ``arr[start:]`` (no CRC check) a chunk at a time, keeping only
+    their summary; stop at the first bad batch, keeping its error."""
+    walked = _Walked(end=start)
+    chunks = iter_chunks(
+        arr, path=str(path), start=start, prev_last_offset=prev_last_offset, check_crc=False
+    )
+    try:
+        for b in chunks:
+            walked.add(b)
+    except CorruptRecordError as e:
+        walked.error = e
+    return walked
+
+
+def producer_scans(base: int, path: Path) -> Iterator[tuple[U8, I64, str]]:
+    """A segment's batches for a producer-state fold (``storage.scan_producer_state``), a chunk
+    at a time, up to the first problem its walk would report (a torn tail, a bad batch): the
+    batches before it are what the walk summarised."""
+    arr, _ = view_regular(path)
+    name = str(path)
+    for b in iter_chunks(arr, path=name, prev_last_offset=base - 1, check_crc=False, strict=False):
+        yield arr, b, name
 
 
 def _u(arr: U8, start: int, size: int, *, signed: bool = False) -> int:
@@ -126,27 +186,20 @@ def walk_segment(
         resume = None
     start = resume.end if resume is not None else 0
     prev_last = resume.last_offset if resume is not None else base - 1
-    scan = scan_batches(
-        arr, start=start, path=str(path), check_crc=False, prev_last_offset=prev_last
-    )
-    b, n = scan.batches, len(scan)
-    error, torn = scan.error, None
-    if error is not None and torn_tail_ok and _torn(arr, scan.end):
+    w = _walk(arr, path, start, prev_last)
+    error, torn = w.error, None
+    if error is not None and torn_tail_ok and _torn(arr, w.end):
         error, torn = None, error
-    records = int(b[:, k.B_COUNT].sum()) if n else 0
-    transactional = bool(n) and bool((b[:, k.B_ATTRIBUTES] & ATTR_TRANSACTIONAL).any())
-    max_ts = int(b[:, k.B_MAX_TIMESTAMP].max()) if n else -1
-    first = int(b[0, k.B_MAX_TIMESTAMP]) if n else None
-    next_offset = int(b[-1, k.B_LAST_OFFSET]) + 1 if n else base
-    last_batch = (
-        (int(b[-1, k.B_POS]), int(b[-1, k.B_BASE_OFFSET]), int(b[-1, k.B_CRC])) if n else None
-    )
+    records, transactional, max_ts = w.records, w.transactional, w.max_timestamp
+    first = w.first_timestamp
+    next_offset = w.last_offset + 1 if w.last_offset is not None else base
+    last_batch = w.last_batch
     if resume is not None:
         records += resume.records
         transactional = transactional or resume.transactional
         max_ts = max(max_ts, resume.max_timestamp)
         first = resume.meta.first_batch_timestamp
-        next_offset = next_offset if n else resume.meta.next_offset
+        next_offset = next_offset if w.batches else resume.meta.next_offset
         last_batch = last_batch or resume.last_batch
     meta = SegmentMeta(
         base_offset=base,
@@ -160,13 +213,13 @@ def walk_segment(
         records=records,
         transactional=transactional,
         max_timestamp=max_ts,
-        end=scan.end,
+        end=w.end,
         last_offset=next_offset - 1,
         last_batch=last_batch,
         error=error,
         torn_tail=torn,
     )
-    return WalkResult(walk, arr, b, st)
+    return WalkResult(walk, arr, st)
 
 
 SUMMARY_MIN_BYTES = 4 << 20
@@ -202,13 +255,12 @@ def summarise_cleaned(base: int, path: Path, next_base: int, size: int) -> WalkR
         return None
     if arr[at.MAGIC_AT] != at.MAGIC_V2 or arr[position + at.MAGIC_AT] != at.MAGIC_V2:
         return None  # legacy message sets: walked
-    scan = scan_batches(arr, start=position, path=str(path), check_crc=False)
-    b, n = scan.batches, len(scan)
-    if scan.error is not None or scan.end != size or n == 0:
+    tail = _walk(arr, path, position, -1)
+    if tail.error is not None or tail.end != size or tail.last_offset is None:
         return None
-    next_offset = int(b[-1, k.B_LAST_OFFSET]) + 1
+    next_offset = tail.last_offset + 1
     # an entry holds the largest offset of what one append wrote from its position on
-    pointed = not offsets.entries or int(b[0, k.B_BASE_OFFSET]) <= indexed < next_offset
+    pointed = not offsets.entries or (tail.first_offset or 0) <= indexed < next_offset
     if next_offset > next_base or not pointed:
         return None
     first = _u(arr, at.MAX_TIMESTAMP_AT, 8, signed=True)
@@ -227,10 +279,10 @@ def summarise_cleaned(base: int, path: Path, next_base: int, size: int) -> WalkR
         max_timestamp=largest,
         end=size,
         last_offset=next_offset - 1,
-        last_batch=(int(b[-1, k.B_POS]), int(b[-1, k.B_BASE_OFFSET]), int(b[-1, k.B_CRC])),
+        last_batch=tail.last_batch,
         summary=True,
     )
-    return WalkResult(walk, arr, b, st)
+    return WalkResult(walk, arr, st)
 
 
 def settled(walk: SegmentWalk) -> SegmentWalk:

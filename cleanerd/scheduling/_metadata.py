@@ -34,6 +34,7 @@ from cleanerd.compaction import (
     LogMeta,
     SegmentMeta,
     SegmentWalk,
+    producer_scans,
     segments_between,
     settled,
     summarise_cleaned,
@@ -446,11 +447,11 @@ class MetadataCache:
         if cached is not None and cached[0] == key:
             return cached[1]
         self.lso_walks += 1
-        scans = []
-        for path, _ in txn:
-            base = offset_from_name(os.path.basename(path))
-            result = walk_segment(base, Path(path), torn_tail_ok=True)
-            scans.append((result.arr, result.batches, path))
+        scans = (
+            scan
+            for path, _ in txn
+            for scan in producer_scans(offset_from_name(os.path.basename(path)), Path(path))
+        )
         unstable = scan_producer_state(scans).first_unstable_offset
         self._lso[directory] = (key, unstable)
         return unstable

@@ -29,6 +29,7 @@ from cleanerd.format import (
     kernels as k,
     parse_control_key,
 )
+from cleanerd.storage._chunks import iter_chunks
 from cleanerd.storage._segment import FileKey, LogSegment
 from cleanerd.storage._txnindex import AbortedTxn
 
@@ -229,9 +230,8 @@ def fold_segment(seg: LogSegment, state: ProducerState) -> bool:
     id or an offset taken from it would decide the LSO and the aborted set. Only a batch cut
     short by the end of the file raises too, after the batches before it are folded
     (``take_snapshot`` forgives it in the active segment)."""
-    arr = seg.view(keep=False)
-    scan = seg.scan(view=arr)
-    state.apply(arr, scan.batches, str(seg.log_path))
-    if scan.error is not None:
-        raise scan.error
+    arr, path = seg.view(keep=False), str(seg.log_path)
+    # a chunk at a time: a segment of small batches has more bytes of batch rows than of file
+    for batches in iter_chunks(arr, path=path, prev_last_offset=seg.base_offset - 1):
+        state.apply(arr, batches, path)
     return True
