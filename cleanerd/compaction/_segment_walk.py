@@ -6,10 +6,9 @@ walk the batch headers (no CRC), summarise. Besides ``SegmentMeta`` the walk kee
 caches per segment: the record count (to size the offset map) and whether it holds transactional
 batches (to skip the producer-state walk when none does). A walk can resume where an earlier
 one stopped, so an active segment that only grew costs a walk of its new batches. A walk reads
-the file a chunk at a time (``storage.iter_chunks``) and keeps only its summary: a segment of
-small batches has about two bytes of batch row for each byte of file (14 columns of 8 bytes for
-a batch of 61), so a walk that held them all would take more memory than the file's size.
-Whoever folds a segment's producer state takes its batches the same way (``producer_scans``).
+the file a chunk at a time and keeps only its summary (``storage.summarise_headers``): a walk
+that held every batch's row would take more memory than the file. Whoever folds a segment's
+producer state takes its batches a chunk at a time too (``producer_scans``).
 
 A segment the cleaner has already cleaned whole needs less: ``summarise_cleaned`` reads what the
 plan takes of it the way Kafka's ``LogSegment`` does, from its indexes (the time index's last
@@ -30,12 +29,10 @@ from pathlib import Path
 
 from cleanerd.compaction._cleaning_plan import SegmentMeta
 from cleanerd.format import (
-    ATTR_TRANSACTIONAL,
     I64,
     LONG_MAX,
     U8,
     CorruptRecordError,
-    kernels as k,
     layout as at,
 )
 from cleanerd.storage import (
@@ -46,6 +43,7 @@ from cleanerd.storage import (
     TimeIndex,
     iter_chunks,
     segment_file,
+    summarise_headers,
     view_regular,
 )
 
@@ -79,52 +77,6 @@ class WalkResult:
     walk: SegmentWalk
     arr: U8
     stat: os.stat_result
-
-
-@dataclass(slots=True)
-class _Walked:
-    """What a walk of ``arr[start:]`` found, chunk by chunk: its batches' summary, where it
-    stopped (after the last good batch) and why (the first bad batch's error, if any)."""
-
-    end: int
-    batches: int = 0
-    records: int = 0
-    transactional: bool = False
-    max_timestamp: int = -1
-    first_timestamp: int | None = None  # the first batch's max timestamp
-    first_offset: int | None = None  # the first batch's base offset
-    last_offset: int | None = None
-    last_batch: tuple[int, int, int] | None = None  # (position, base offset, crc)
-    error: CorruptRecordError | None = None
-
-    def add(self, b: I64) -> None:
-        if self.first_offset is None:
-            self.first_offset = int(b[0, k.B_BASE_OFFSET])
-            self.first_timestamp = int(b[0, k.B_MAX_TIMESTAMP])
-        self.batches += b.shape[0]
-        self.records += int(b[:, k.B_COUNT].sum())
-        self.transactional = self.transactional or bool(
-            (b[:, k.B_ATTRIBUTES] & ATTR_TRANSACTIONAL).any()
-        )
-        self.max_timestamp = max(self.max_timestamp, int(b[:, k.B_MAX_TIMESTAMP].max()))
-        self.last_offset = int(b[-1, k.B_LAST_OFFSET])
-        self.last_batch = (int(b[-1, k.B_POS]), int(b[-1, k.B_BASE_OFFSET]), int(b[-1, k.B_CRC]))
-        self.end = int(b[-1, k.B_POS] + b[-1, k.B_SIZE])
-
-
-def _walk(arr: U8, path: Path, start: int, prev_last_offset: int) -> _Walked:
-    """Walk the batch headers of ``arr[start:]`` (no CRC check) a chunk at a time, keeping only
-    their summary; stop at the first bad batch, keeping its error."""
-    walked = _Walked(end=start)
-    chunks = iter_chunks(
-        arr, path=str(path), start=start, prev_last_offset=prev_last_offset, check_crc=False
-    )
-    try:
-        for b in chunks:
-            walked.add(b)
-    except CorruptRecordError as e:
-        walked.error = e
-    return walked
 
 
 def producer_scans(base: int, path: Path) -> Iterator[tuple[U8, I64, str]]:
@@ -186,7 +138,7 @@ def walk_segment(
         resume = None
     start = resume.end if resume is not None else 0
     prev_last = resume.last_offset if resume is not None else base - 1
-    w = _walk(arr, path, start, prev_last)
+    w = summarise_headers(arr, path=str(path), start=start, prev_last_offset=prev_last)
     error, torn = w.error, None
     if error is not None and torn_tail_ok and _torn(arr, w.end):
         error, torn = None, error
@@ -255,7 +207,7 @@ def summarise_cleaned(base: int, path: Path, next_base: int, size: int) -> WalkR
         return None
     if arr[at.MAGIC_AT] != at.MAGIC_V2 or arr[position + at.MAGIC_AT] != at.MAGIC_V2:
         return None  # legacy message sets: walked
-    tail = _walk(arr, path, position, -1)
+    tail = summarise_headers(arr, path=str(path), start=position)
     if tail.error is not None or tail.end != size or tail.last_offset is None:
         return None
     next_offset = tail.last_offset + 1

@@ -59,6 +59,10 @@ from ._files import (
     parse_base_offset as parse_base_offset,
     segment_file as segment_file,
 )
+from ._header_summary import (
+    HeaderSummary as HeaderSummary,
+    summarise_headers as summarise_headers,
+)
 from ._index import OffsetIndex as OffsetIndex, TimeIndex as TimeIndex
 from ._kept_maps import MAPS as MAPS
 from ._log_view import ReadOnlyLog as ReadOnlyLog

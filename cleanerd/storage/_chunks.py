@@ -20,7 +20,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import cast
@@ -104,7 +104,7 @@ def iter_chunks(
     chunk_bytes: int | None = None,
     strict: bool = True,
     release_pages: bool = True,
-) -> Iterator[I64]:
+) -> Generator[I64, None, None]:
     """Batch matrices of consecutive chunks of ``arr[start:]``; raises at the first bad batch.
 
     Every batch is checked as ``scan_batches`` checks it (lengths, magic, CRC, rising offsets),

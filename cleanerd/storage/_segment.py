@@ -23,7 +23,7 @@ from cleanerd.format import (
     layout as at,
     scan_batches,
 )
-from cleanerd.storage._chunks import pages_are_kept
+from cleanerd.storage._chunks import iter_chunks, pages_are_kept
 from cleanerd.storage._errors import CorruptIndexError, OffsetOutOfRangeError, StorageError
 from cleanerd.storage._files import (
     INDEX_SUFFIX,
@@ -32,6 +32,7 @@ from cleanerd.storage._files import (
     TXN_INDEX_SUFFIX,
     segment_file,
 )
+from cleanerd.storage._header_summary import summarise_headers
 from cleanerd.storage._index import OffsetIndex, TimeIndex
 from cleanerd.storage._kept_maps import MAPS
 from cleanerd.storage._regular import kind_of, open_regular, refusal, view_regular
@@ -201,11 +202,11 @@ class LogSegment:
             return tail[1]
         _, position = self.offset_index.lookup(LONG_MAX)
         arr = self._view(file)
-        scan = scan_batches(arr, start=position, path=str(self.log_path), check_crc=False)
-        if len(scan) == 0:
+        walked = summarise_headers(arr, path=str(self.log_path), start=position)
+        if walked.last_offset is None:
             result = (self.base_offset, position)
         else:
-            result = (int(scan.batches[-1, k.B_LAST_OFFSET]) + 1, scan.end)
+            result = (walked.last_offset + 1, walked.end)
         self._tail = (key, result)
         return result
 
@@ -346,9 +347,6 @@ class LogSegment:
         and CorruptRecordError names the bad batch, so a caller never silently drops data.
         """
         self._tail = None
-        scan = self.scan()
-        if scan.error is not None:
-            raise scan.error
         size = self.config.segment_index_bytes
         offsets = OffsetIndex(_temp(self.offset_index.path), self.base_offset, size)
         times = TimeIndex(_temp(self.time_index.path), self.base_offset, size)
@@ -356,16 +354,23 @@ class LogSegment:
             idx.delete()  # a leftover of an earlier attempt
         since = 0
         max_ts, max_ts_offset = -1, self.base_offset
-        b = scan.batches
-        for i in range(len(scan)):
-            if b[i, k.B_MAX_TIMESTAMP] > max_ts:
-                max_ts = int(b[i, k.B_MAX_TIMESTAMP])
-                max_ts_offset = int(b[i, k.B_LAST_OFFSET])
-            if since > self.config.index_interval_bytes:
-                offsets.append(int(b[i, k.B_LAST_OFFSET]), int(b[i, k.B_POS]))
-                times.maybe_append(max_ts, max_ts_offset)
-                since = 0
-            since += int(b[i, k.B_SIZE])
+        arr = self.view(keep=False)
+        path = str(self.log_path)
+        try:  # a chunk at a time: all of a segment's batch rows may take more than the file
+            for b in iter_chunks(arr, path=path, prev_last_offset=self.base_offset - 1):
+                for i in range(b.shape[0]):
+                    if b[i, k.B_MAX_TIMESTAMP] > max_ts:
+                        max_ts = int(b[i, k.B_MAX_TIMESTAMP])
+                        max_ts_offset = int(b[i, k.B_LAST_OFFSET])
+                    if since > self.config.index_interval_bytes:
+                        offsets.append(int(b[i, k.B_LAST_OFFSET]), int(b[i, k.B_POS]))
+                        times.maybe_append(max_ts, max_ts_offset)
+                        since = 0
+                    since += int(b[i, k.B_SIZE])
+        except BaseException:
+            for idx in (offsets, times):
+                idx.delete()  # the old files stay as they were
+            raise
         if max_ts >= 0:
             times.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
         self._max_ts_so_far, self._offset_of_max_ts = max_ts, max_ts_offset

@@ -9,9 +9,8 @@ batches, so they also read the batch headers after the last offset-index entry: 
 
 from __future__ import annotations
 
-import numpy as np
-
-from cleanerd.format import LONG_MAX, kernels as k
+from cleanerd.format import LONG_MAX
+from cleanerd.storage._header_summary import summarise_headers
 from cleanerd.storage._segment import LogSegment
 
 
@@ -19,11 +18,10 @@ def tail_max_timestamp(seg: LogSegment) -> tuple[int, int]:
     """(max timestamp, its offset) of the batches from the last offset-index entry on;
     (-1, base offset) when there are none."""
     _, position = seg.offset_index.lookup(LONG_MAX)
-    b = seg.scan(position, check_crc=False).batches
-    if len(b) == 0:
+    tail = summarise_headers(seg.view(keep=False), path=str(seg.log_path), start=position)
+    if tail.batches == 0:
         return -1, seg.base_offset
-    row = int(np.argmax(b[:, k.B_MAX_TIMESTAMP]))
-    return int(b[row, k.B_MAX_TIMESTAMP]), int(b[row, k.B_LAST_OFFSET])
+    return tail.max_timestamp, tail.max_timestamp_offset
 
 
 def largest_timestamp_ms(seg: LogSegment) -> int:

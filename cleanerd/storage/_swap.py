@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 
-from cleanerd.format import INT_MAX, BatchScan, kernels as k, scan_batches
+import numpy as np
+
+from cleanerd.format import INT_MAX
 from cleanerd.storage._checkpoints import fsync_dir
 from cleanerd.storage._errors import StorageError, UnsafeSwapError
 from cleanerd.storage._files import (
@@ -33,6 +35,7 @@ from cleanerd.storage._files import (
     parse_base_offset,
     segment_file,
 )
+from cleanerd.storage._header_summary import HeaderSummary, summarise_headers
 from cleanerd.storage._regular import kind_of, map_regular, segment_logs
 from cleanerd.storage._segment import LogSegment
 from cleanerd.topics import LogConfig
@@ -175,26 +178,34 @@ def _parse_temp_name(path: Path) -> tuple[int, str, str]:
     return int(match[1]), match[2], match[3]
 
 
-def _scan(path: Path, *, check_crc: bool) -> BatchScan | None:
-    """Every batch of a whole file (None when it is empty), read through a private map."""
+def _summary(path: Path, *, check_crc: bool) -> HeaderSummary | None:
+    """The batches of a whole file summarised (None when it is empty), read through a private
+    map a chunk at a time."""
     mm, _ = map_regular(path)
     if mm is None:
         return None
     with mm:
-        return scan_batches(mm, path=str(path), check_crc=check_crc)
+        arr = np.frombuffer(mm, np.uint8)
+        try:
+            return summarise_headers(arr, path=str(path), check_crc=check_crc)
+        finally:
+            del arr  # the map closes next
 
 
 def _check_log_swap(path: Path, base: int) -> _SwapLog:
     """Kafka completes a ``.log.swap`` unread; a torn or foreign file would replace good data,
     so every batch must be whole, pass its CRC and rise from the file's base offset."""
-    scan = _scan(path, check_crc=True)
-    if scan is None:
+    walked = _summary(path, check_crc=True)
+    if walked is None:
         return _SwapLog(path, base, None, base)
-    if scan.error is not None:
-        where = scan.error.position if scan.error.position is not None else scan.end
-        raise _unsafe(path, f"not a complete swapped segment: at byte {where}: {scan.error.reason}")
-    first = int(scan.batches[0, k.B_BASE_OFFSET])
-    last = int(scan.batches[-1, k.B_LAST_OFFSET])
+    if walked.error is not None:
+        where = walked.error.position if walked.error.position is not None else walked.end
+        raise _unsafe(
+            path, f"not a complete swapped segment: at byte {where}: {walked.error.reason}"
+        )
+    if walked.first_offset is None or walked.last_offset is None:  # pragma: no cover
+        raise _unsafe(path, "not a complete swapped segment: no batch")
+    first, last = walked.first_offset, walked.last_offset
     if first < base:
         raise _unsafe(path, f"its first batch has base offset {first}, below its name's {base}")
     if last - base > INT_MAX:
@@ -230,9 +241,9 @@ def _check_range(logs: list[_SwapLog], live: dict[int, Path]) -> None:
     first = logs[0].first
     if before and first is not None:
         prev = live[max(before)]
-        scan = _scan(prev, check_crc=False)
-        if scan is not None and len(scan) and int(scan.batches[-1, k.B_LAST_OFFSET]) >= first:
-            last = int(scan.batches[-1, k.B_LAST_OFFSET])
+        walked = _summary(prev, check_crc=False)
+        last = walked.last_offset if walked is not None else None
+        if last is not None and last >= first:
             raise _unsafe(
                 logs[0].path,
                 f"its offsets from {first} reach into {prev.name}, which it does not replace"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from typing import Any
@@ -516,7 +516,7 @@ class _Chunks:
     them too early: ``done`` releases each chunk's once this thread is finished with it.
     """
 
-    def __init__(self, arr: U8, chunks: Iterator[I64], pool: Executor | None) -> None:
+    def __init__(self, arr: U8, chunks: Generator[I64, None, None], pool: Executor | None) -> None:
         self._arr, self._chunks, self._pool = arr, chunks, pool
         self._ahead: Future[I64 | None] | None = None
 
@@ -549,9 +549,7 @@ class _Chunks:
         ahead, self._ahead = self._ahead, None
         if ahead is not None and not ahead.cancel():
             ahead.exception()
-        close = getattr(self._chunks, "close", None)
-        if close is not None:
-            close()
+        self._chunks.close()
 
 
 DECODED_BATCH_ROOM = 1 << 20
