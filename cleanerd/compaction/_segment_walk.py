@@ -138,20 +138,20 @@ def walk_segment(
         resume = None
     start = resume.end if resume is not None else 0
     prev_last = resume.last_offset if resume is not None else base - 1
-    w = summarise_headers(arr, path=str(path), start=start, prev_last_offset=prev_last)
-    error, torn = w.error, None
-    if error is not None and torn_tail_ok and _torn(arr, w.end):
+    walked = summarise_headers(arr, path=str(path), start=start, prev_last_offset=prev_last)
+    error, torn = walked.error, None
+    if error is not None and torn_tail_ok and _torn(arr, walked.end):
         error, torn = None, error
-    records, transactional, max_ts = w.records, w.transactional, w.max_timestamp
-    first = w.first_timestamp
-    next_offset = w.last_offset + 1 if w.last_offset is not None else base
-    last_batch = w.last_batch
+    records, transactional, max_ts = walked.records, walked.transactional, walked.max_timestamp
+    first = walked.first_timestamp
+    next_offset = walked.last_offset + 1 if walked.last_offset is not None else base
+    last_batch = walked.last_batch
     if resume is not None:
         records += resume.records
         transactional = transactional or resume.transactional
         max_ts = max(max_ts, resume.max_timestamp)
         first = resume.meta.first_batch_timestamp
-        next_offset = next_offset if w.batches else resume.meta.next_offset
+        next_offset = next_offset if walked.batches else resume.meta.next_offset
         last_batch = last_batch or resume.last_batch
     meta = SegmentMeta(
         base_offset=base,
@@ -165,7 +165,7 @@ def walk_segment(
         records=records,
         transactional=transactional,
         max_timestamp=max_ts,
-        end=w.end,
+        end=walked.end,
         last_offset=next_offset - 1,
         last_batch=last_batch,
         error=error,

@@ -8,7 +8,8 @@ laid out first (``_fill.cache_records``), and the keyed records put from there
 (``_fill.put_cached``, Kafka's full rule, as ``put_batch`` has it). With a pool the chunk is
 cut into pieces that a pool thread decodes and indexes as well as this one, and this thread puts
 each piece's rows in offset order once the pieces before it are put (``_Pieces``): the puts are
-the only part that must stay in order on one thread. Under
+the only part that must stay in order on one thread; the pool thread also walks each next chunk
+while this thread finishes the one before (``_Chunks``). Under
 timestamp and header, one index-and-hash call, the strategy's versions and one ``put_batch`` call
 for the keyed records at or after the first dirty offset. Kafka's latest-offset bookkeeping
 (after every batch reaching the dirty range, and over offset gaps at the end of each segment) is
@@ -106,8 +107,9 @@ def _map_chunk(
     pool: Executor | None = None,
     meanwhile: Callable[[], None] = lambda: None,
 ) -> bool:
-    """Put one chunk's records into the map; True when the map filled up. ``meanwhile`` as
-    ``_Pieces.run`` has it, if this chunk is cut into pieces."""
+    """Put one chunk's records into the map; True when the map filled up. ``meanwhile`` is
+    called as ``_Pieces.run`` calls it when the chunk's data batches go through ``_Pieces``
+    (the offset strategy), and not at all otherwise."""
     is_control, aborted = transaction_verdicts(meta, arr, batches, path)
     counts = batches[:, k.B_COUNT]
     data_rows = np.flatnonzero(~is_control & ~aborted & (counts > 0))
