@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from cleanerd.format import I64, LONG_MAX, scan_batches
+from cleanerd.compaction import producer_scans
+from cleanerd.format import I64, LONG_MAX
 from cleanerd.inspect import segment_logs
 from cleanerd.spark._bounds import Bounds
 from cleanerd.storage import (
     OffsetIndex,
     StorageError,
     TimeIndex,
-    map_readonly,
     parse_partition_dir_name,
     scan_producer_state,
 )
@@ -195,11 +195,9 @@ def partition_txns(part: PartitionDir) -> Txns:
     """Aborted transactions and the last stable offset of a partition, from its batch headers
     (the walk Kafka's recovery makes; see ``storage._producer_state``), so read_committed does
     not depend on ``.txnindex`` files being present or current."""
-    scans = []
-    for _, log in segment_logs(part.path):
-        arr = map_readonly(log)
-        scan = scan_batches(arr, path=str(log), check_crc=False)
-        scans.append((arr, scan.batches, str(log)))
+    # a chunk at a time, up to each segment's first problem: all of a partition's batch rows
+    # may take more memory than its files
+    scans = (scan for base, log in segment_logs(part.path) for scan in producer_scans(base, log))
     state = scan_producer_state(scans)
     aborted = tuple((t.producer_id, t.first_offset, t.last_offset) for t in state.aborted)
     return Txns(aborted, state.last_stable_offset(LONG_MAX))
