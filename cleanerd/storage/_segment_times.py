@@ -18,7 +18,12 @@ def tail_max_timestamp(seg: LogSegment) -> tuple[int, int]:
     """(max timestamp, its offset) of the batches from the last offset-index entry on;
     (-1, base offset) when there are none."""
     _, position = seg.offset_index.lookup(LONG_MAX)
-    tail = summarise_headers(seg.view(keep=False), path=str(seg.log_path), start=position)
+    tail = summarise_headers(
+        seg.view(keep=False),
+        path=str(seg.log_path),
+        start=position,
+        prev_last_offset=seg.base_offset - 1 if position == 0 else -1,
+    )
     if tail.batches == 0:
         return -1, seg.base_offset
     return tail.max_timestamp, tail.max_timestamp_offset
