@@ -30,6 +30,7 @@ import mmap
 import os
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -51,6 +52,7 @@ import numba  # noqa: E402
 from _facts import emit  # noqa: E402
 from kafka.record.memory_records import MemoryRecords  # noqa: E402
 
+from cleanerd.compaction import walk_segment  # noqa: E402
 from cleanerd.format import (  # noqa: E402
     ATTR_CODEC_MASK,
     ATTR_TIMESTAMP_TYPE,
@@ -322,6 +324,32 @@ def breakdown(arr: np.ndarray, repeat: int) -> dict[str, float]:
     return {name: best_of(fn, repeat)[0] for name, fn in stages.items()}
 
 
+def survey_walk(path: Path, arr: np.ndarray, repeat: int) -> dict[str, Any]:
+    """The daemon survey's walk of the segment (``compaction.walk_segment``: one chunk of batch
+    rows at a time) against one walk of the whole segment into a matrix (``scan_batches``, as
+    the survey walked before): best time, and tracemalloc peak of one more run of each."""
+
+    def peak(fn: Callable[[], Any]) -> int:
+        tracemalloc.start()
+        try:
+            fn()
+            return int(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+
+    def chunked() -> Any:
+        return walk_segment(0, path)
+
+    def whole() -> Any:
+        return scan_batches(arr, check_crc=False)
+
+    out: dict[str, Any] = {}
+    for name, fn in (("chunked", chunked), ("whole_matrix", whole)):
+        out[f"{name}_seconds"] = round(best_of(fn, repeat)[0], 4)  # kernels loaded by the warm-up
+        out[f"{name}_peak_bytes"] = peak(fn)
+    return out
+
+
 @numba.njit(nogil=True)
 def _numba_alloc_fill(rows: int, cols: int) -> int:
     out = np.empty((rows, cols), dtype=np.int64)
@@ -434,6 +462,8 @@ def _measure_mapped(
     log(f"{label}: stage breakdown")
     stages = breakdown(arr, args.repeat)
     out["breakdown_seconds"] = {s: round(v, 6) for s, v in stages.items()}
+    log(f"{label}: the survey's walk, time and memory")
+    out["survey_walk"] = survey_walk(Path(segment["path"]), arr, args.repeat)
     return out
 
 
@@ -479,7 +509,10 @@ def main(argv: list[str] | None = None) -> int:
             "checked equal (record count, last offset, value bytes, sums of the 128-bit key "
             "hashes; the fused hashes also checked equal to index_batches + hash_keys) "
             "before timing. ratio = kafka-python seconds / cleanerd seconds. "
-            "*_crc runs check every batch's CRC32C, *_nocrc do not. mb_per_s = file bytes / s."
+            "*_crc runs check every batch's CRC32C, *_nocrc do not. mb_per_s = file bytes / s. "
+            "survey_walk: compaction.walk_segment (a chunk of batch rows at a time) against "
+            "scan_batches of the whole file (every batch row at once), best time and the "
+            "tracemalloc peak of one more run each."
         ),
         segments=segments,
         results=results,
