@@ -72,10 +72,9 @@ class SegmentWalk:
 
 @dataclass(frozen=True, slots=True)
 class WalkResult:
-    """A walk with the mapped file and its stat."""
+    """A walk with the stat of the file it read."""
 
     walk: SegmentWalk
-    arr: U8
     stat: os.stat_result
 
 
@@ -171,7 +170,7 @@ def walk_segment(
         error=error,
         torn_tail=torn,
     )
-    return WalkResult(walk, arr, st)
+    return WalkResult(walk, st)
 
 
 SUMMARY_MIN_BYTES = 4 << 20
@@ -234,7 +233,7 @@ def summarise_cleaned(base: int, path: Path, next_base: int, size: int) -> WalkR
         last_batch=tail.last_batch,
         summary=True,
     )
-    return WalkResult(walk, arr, st)
+    return WalkResult(walk, st)
 
 
 def settled(walk: SegmentWalk) -> SegmentWalk:
